@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs everything virtlink needs to build, test and benchmark, from Debian 12 packages only.
+# Usage: scripts/install-deps.sh            (as root; idempotent, quiet when all is present)
+set -euo pipefail
+
+PKGS=(
+  # build
+  cmake ninja-build g++ clang ccache pkg-config git
+  # libraries
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # sanitizer and fuzzing runtime for clang
+  libclang-rt-14-dev
+  # real peers and guests for interop tests and benchmarks
+  dpdk qemu-system-x86 busybox-static cpio kmod iperf3 iputils-ping iproute2 procps psmisc
+  # reports
+  gnuplot-nox python3
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "install-deps: missing packages: ${missing[*]} (run as root)" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "install-deps: all ${#PKGS[@]} packages present"

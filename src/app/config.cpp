@@ -1,0 +1,179 @@
+#include "app/config.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <set>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include "util/cpuset.h"
+
+namespace vl::app {
+
+std::string default_control_path() {
+  if (geteuid() == 0) return "/run/virtlink/virtlink.ctl";
+  if (const char* x = getenv("XDG_RUNTIME_DIR"); x && *x) return fmt::format("{}/virtlink.ctl", x);
+  return fmt::format("/tmp/virtlink-{}.ctl", geteuid());
+}
+
+std::optional<port::VhostPortConfig> parse_port_spec(const std::string& spec, std::string* err) {
+  const size_t eq = spec.find('=');
+  const size_t colon = eq == std::string::npos ? std::string::npos : spec.find(':', eq);
+  if (eq == std::string::npos || colon == std::string::npos || eq == 0 || colon + 1 == spec.size()) {
+    *err = fmt::format("port '{}': expected NAME=vhost-user:PATH or NAME=vhost-user-client:PATH", spec);
+    return std::nullopt;
+  }
+  port::VhostPortConfig c;
+  c.name = spec.substr(0, eq);
+  const std::string type = spec.substr(eq + 1, colon - eq - 1);
+  c.path = spec.substr(colon + 1);
+  if (type == "vhost-user") c.mode = port::SocketMode::kServer;
+  else if (type == "vhost-user-client") c.mode = port::SocketMode::kClient;
+  else {
+    *err = fmt::format("port '{}': unknown type '{}' (vhost-user or vhost-user-client)", spec, type);
+    return std::nullopt;
+  }
+  return c;
+}
+
+std::optional<dp::ForwardMode> parse_forward(const std::string& s) {
+  if (s == "bridge") return dp::ForwardMode::kBridge;
+  if (s == "xconnect") return dp::ForwardMode::kXconnect;
+  return std::nullopt;
+}
+
+std::optional<dp::PmdMode> parse_pmd_mode(const std::string& s) {
+  if (s == "poll") return dp::PmdMode::kPoll;
+  if (s == "interrupt") return dp::PmdMode::kInterrupt;
+  if (s == "adaptive") return dp::PmdMode::kAdaptive;
+  return std::nullopt;
+}
+
+namespace {
+
+template <typename T>
+bool get_int(const toml::node& n, const char* key, T lo, T hi, T* out, std::string* err) {
+  auto v = n.value<int64_t>();
+  if (!v || *v < static_cast<int64_t>(lo) || *v > static_cast<int64_t>(hi)) {
+    *err = fmt::format("'{}' must be an integer in {}..{}", key, lo, hi);
+    return false;
+  }
+  *out = static_cast<T>(*v);
+  return true;
+}
+
+bool get_str(const toml::node& n, const char* key, std::string* out, std::string* err) {
+  auto v = n.value<std::string>();
+  if (!v) {
+    *err = fmt::format("'{}' must be a string", key);
+    return false;
+  }
+  *out = *v;
+  return true;
+}
+
+bool load_port(const toml::table& t, port::VhostPortConfig* c, std::string* err) {
+  std::string type = "vhost-user";
+  for (auto&& [k, v] : t) {
+    const std::string key(k.str());
+    if (key == "name") { if (!get_str(v, "name", &c->name, err)) return false; }
+    else if (key == "type") { if (!get_str(v, "type", &type, err)) return false; }
+    else if (key == "path") { if (!get_str(v, "path", &c->path, err)) return false; }
+    else if (key == "mtu") { if (!get_int<uint32_t>(v, "mtu", 68, 65535, &c->mtu, err)) return false; }
+    else if (key == "socket_mode") {
+      if (!get_int<uint32_t>(v, "socket_mode", 0, 0777, &c->socket_mode, err)) return false;
+    } else if (key == "mrg_rxbuf") {
+      auto b = v.value<bool>();
+      if (!b) { *err = "'mrg_rxbuf' must be true or false"; return false; }
+      c->mrg_rxbuf = *b;
+    } else {
+      *err = fmt::format("unknown port key '{}'", key);
+      return false;
+    }
+  }
+  if (type == "vhost-user") c->mode = port::SocketMode::kServer;
+  else if (type == "vhost-user-client") c->mode = port::SocketMode::kClient;
+  else { *err = fmt::format("unknown port type '{}'", type); return false; }
+  if (c->name.empty() || c->path.empty()) { *err = "every [[port]] needs a name and a path"; return false; }
+  return true;
+}
+
+}  // namespace
+
+bool load_toml(const std::string& file, SwitchConfig* out, std::string* err) {
+  toml::table root;
+  try {
+    root = toml::parse_file(file);
+  } catch (const toml::parse_error& e) {
+    *err = fmt::format("{}: {}", file, e.description());
+    return false;
+  }
+  SwitchConfig cfg = *out;
+  for (auto&& [k, v] : root) {
+    const std::string key(k.str());
+    std::string s;
+    if (key == "forward") {
+      if (!get_str(v, "forward", &s, err)) return false;
+      auto f = parse_forward(s);
+      if (!f) { *err = fmt::format("forward '{}' (bridge or xconnect)", s); return false; }
+      cfg.forward = *f;
+    } else if (key == "pmd_cores") {
+      if (!get_str(v, "pmd_cores", &s, err)) return false;
+      auto c = parse_cpu_list(s);
+      if (!c) { *err = fmt::format("pmd_cores '{}' is not a CPU list", s); return false; }
+      cfg.pmd_cores = *c;
+    } else if (key == "pmd_mode") {
+      if (!get_str(v, "pmd_mode", &s, err)) return false;
+      auto m = parse_pmd_mode(s);
+      if (!m) { *err = fmt::format("pmd_mode '{}' (poll, interrupt or adaptive)", s); return false; }
+      cfg.pmd.mode = *m;
+    } else if (key == "pmd_idle_us") {
+      if (!get_int<uint32_t>(v, "pmd_idle_us", 1, 10000000, &cfg.pmd.idle_us, err)) return false;
+    } else if (key == "flush") {
+      if (!get_str(v, "flush", &cfg.flush, err)) return false;
+    } else if (key == "control") {
+      if (!get_str(v, "control", &cfg.control_path, err)) return false;
+    } else if (key == "mac_aging_s") {
+      if (!get_int<uint32_t>(v, "mac_aging_s", 1, 1000000, &cfg.mac_aging_s, err)) return false;
+    } else if (key == "burst") {
+      if (!get_int<uint32_t>(v, "burst", 1, dp::kMaxBurst, &cfg.burst, err)) return false;
+    } else if (key == "port") {
+      const toml::array* arr = v.as_array();
+      if (!arr) { *err = "'port' must be an array of tables ([[port]])"; return false; }
+      for (auto&& e : *arr) {
+        const toml::table* t = e.as_table();
+        if (!t) { *err = "'port' entries must be tables"; return false; }
+        port::VhostPortConfig pc;
+        if (!load_port(*t, &pc, err)) return false;
+        cfg.ports.push_back(pc);
+      }
+    } else {
+      *err = fmt::format("{}: unknown key '{}'", file, key);
+      return false;
+    }
+  }
+  *out = std::move(cfg);
+  return true;
+}
+
+bool validate(const SwitchConfig& cfg, std::string* err) {
+  if (cfg.ports.empty()) { *err = "no ports: give --port or [[port]] in --config"; return false; }
+  if (cfg.ports.size() > port::kMaxPorts) {
+    *err = fmt::format("{} ports, at most {}", cfg.ports.size(), port::kMaxPorts);
+    return false;
+  }
+  std::set<std::string> names, paths;
+  for (const auto& p : cfg.ports) {
+    if (!names.insert(p.name).second) { *err = fmt::format("port name '{}' used twice", p.name); return false; }
+    if (!paths.insert(p.path).second) { *err = fmt::format("socket path '{}' used twice", p.path); return false; }
+  }
+  if (cfg.flush != "rx-batch") {
+    *err = fmt::format("flush policy '{}': only rx-batch is implemented in this version", cfg.flush);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace vl::app

@@ -1,0 +1,45 @@
+#pragma once
+// Switch configuration: the command line of `virtlink switch` and its TOML file carry the
+// same settings (INTERFACES.md). Parsing is all-or-nothing: an error leaves no partial
+// configuration behind.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dp/forwarder.h"
+#include "dp/pmd.h"
+#include "port/vhost_port.h"
+
+namespace vl::app {
+
+struct SwitchConfig {
+  std::vector<port::VhostPortConfig> ports;
+  dp::ForwardMode forward = dp::ForwardMode::kBridge;
+  std::vector<int> pmd_cores;  ///< empty: one unpinned PMD thread
+  dp::PmdOptions pmd;
+  std::string flush = "rx-batch";
+  std::string control_path;    ///< empty: default_control_path()
+  uint32_t mac_aging_s = 300;
+  uint32_t burst = 32;
+  uint32_t fdb_buckets = 1u << 16;
+};
+
+/// /run/virtlink/virtlink.ctl for root, $XDG_RUNTIME_DIR/virtlink.ctl otherwise
+/// (falling back to /tmp/virtlink-UID.ctl).
+std::string default_control_path();
+
+/// Parses "NAME=vhost-user:PATH" or "NAME=vhost-user-client:PATH".
+std::optional<port::VhostPortConfig> parse_port_spec(const std::string& spec, std::string* err);
+std::optional<dp::ForwardMode> parse_forward(const std::string& s);
+std::optional<dp::PmdMode> parse_pmd_mode(const std::string& s);
+
+/// Reads a TOML file into `cfg` (keys: forward, pmd_cores, pmd_mode, pmd_idle_us, flush,
+/// control, mac_aging_s, burst, and [[port]] tables with name, type, path, mtu,
+/// socket_mode, mrg_rxbuf). Returns false with `*err` on any unknown or invalid key.
+bool load_toml(const std::string& file, SwitchConfig* cfg, std::string* err);
+
+/// Cross-checks a complete configuration (unique names and paths, port count, flush).
+bool validate(const SwitchConfig& cfg, std::string* err);
+
+}  // namespace vl::app

@@ -1,0 +1,286 @@
+#include "app/switch.h"
+
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "util/log.h"
+#include "virtio/virtio_defs.h"
+#include "virtlink_version.h"
+
+namespace vl::app {
+
+namespace {
+constexpr uint64_t kKeyTimer = 1ull << 40;
+constexpr uint64_t kKeySignal = 2ull << 40;
+constexpr uint64_t kKeyControl = 3ull << 40;
+
+uint32_t mono_s() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint32_t>(ts.tv_sec);
+}
+
+std::string hex(uint64_t v) { return fmt::format("{:#x}", v); }
+
+control::Json feature_names(uint64_t f) {
+  control::Json names = control::Json::array();
+  for (int b = 0; b < 64; ++b) {
+    if (!(f & (uint64_t{1} << b))) continue;
+    const char* n = virtio::feature_name(b);
+    names.push_back(n ? std::string(n) : fmt::format("BIT_{}", b));
+  }
+  return names;
+}
+}  // namespace
+
+Switch::Switch(SwitchConfig cfg) : cfg_(std::move(cfg)), fdb_(cfg_.fdb_buckets) {}
+
+Switch::~Switch() { teardown(); }
+
+bool Switch::setup(std::string* err) {
+  tables_.mode = cfg_.forward;
+  tables_.fdb = &fdb_;
+  tables_.burst = cfg_.burst;
+  tables_.now_s.store(mono_s());
+  pmds_ = std::make_unique<dp::PmdSet>(&tables_, cfg_.pmd_cores, cfg_.pmd);
+  for (uint32_t i = 0; i < cfg_.ports.size(); ++i) {
+    ports_.push_back(std::make_unique<port::VhostPort>(i, cfg_.ports[i], pmds_.get()));
+    tables_.ports[i] = ports_.back().get();
+    tables_.xc_peer[i] = dp::SwitchTables::kNoPeer;
+  }
+  tables_.nports = static_cast<uint32_t>(ports_.size());
+  for (uint32_t i = 0; i + 1 < tables_.nports; i += 2) {
+    tables_.xc_peer[i] = i + 1;
+    tables_.xc_peer[i + 1] = i;
+  }
+  pmds_->assign_round_robin(tables_.nports);
+
+  epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
+  timer_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+  itimerspec its{{1, 0}, {1, 0}};
+  timerfd_settime(timer_.get(), 0, &its, nullptr);
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &mask, nullptr);  // before any thread starts: all inherit it
+  sigdelset(&mask, SIGPIPE);
+  signal_.reset(signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
+  auto add = [&](int fd, uint64_t key) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = key;
+    epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
+  };
+  add(timer_.get(), kKeyTimer);
+  add(signal_.get(), kKeySignal);
+
+  const std::string ctl_path = cfg_.control_path.empty() ? default_control_path() : cfg_.control_path;
+  if (!ctl_.listen(ctl_path, err)) return false;
+  add(ctl_.fd(), kKeyControl);
+  ctl_.add("stats", [this](const control::Json&, control::Json* r, std::string*) {
+    *r = stats();
+    return true;
+  });
+  ctl_.add("ports", [this](const control::Json&, control::Json* r, std::string*) {
+    *r = ports_info();
+    return true;
+  });
+  ctl_.add("fdb", [this](const control::Json&, control::Json* r, std::string*) {
+    *r = fdb_info();
+    return true;
+  });
+  ctl_.add("pmd-stats", [this](const control::Json&, control::Json* r, std::string*) {
+    *r = pmd_stats();
+    return true;
+  });
+  ctl_.add("version", [](const control::Json&, control::Json* r, std::string*) {
+    *r = {{"version", VIRTLINK_VERSION}};
+    return true;
+  });
+
+  watched_fd_.assign(ports_.size(), -1);
+  for (uint32_t i = 0; i < ports_.size(); ++i) {
+    if (!ports_[i]->start(err)) return false;
+    watch_port(i);
+  }
+  if (!pmds_->start(err)) return false;
+  spdlog::info("virtlink {} switch: {} port(s), forward {}, {} PMD thread(s) in {} mode, control {}",
+               VIRTLINK_VERSION, ports_.size(),
+               cfg_.forward == dp::ForwardMode::kBridge ? "bridge" : "xconnect",
+               pmds_->threads().size(), dp::pmd_mode_name(cfg_.pmd.mode), ctl_path);
+  return true;
+}
+
+void Switch::watch_port(uint32_t i) {
+  const int fd = ports_[i]->watch_fd();
+  if (fd == watched_fd_[i]) return;
+  if (watched_fd_[i] >= 0) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, watched_fd_[i], nullptr);
+  watched_fd_[i] = fd;
+  if (fd < 0) return;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = i;
+  epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+  epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
+}
+
+void Switch::on_tick() {
+  const uint32_t now = mono_s();
+  tables_.now_s.store(now, std::memory_order_relaxed);
+  for (uint32_t i = 0; i < ports_.size(); ++i) {
+    const bool was_connected = ports_[i]->backend().connected();
+    ports_[i]->on_tick();
+    if (was_connected != ports_[i]->backend().connected()) watch_port(i);
+  }
+  static uint32_t last_age = 0;
+  if (now - last_age >= 5) {
+    last_age = now;
+    fdb_.age(now, cfg_.mac_aging_s);
+  }
+}
+
+int Switch::run() {
+  std::string err;
+  if (!setup(&err)) {
+    spdlog::error("{}", err);
+    teardown();
+    return 1;
+  }
+  while (!stop_.load()) {
+    epoll_event evs[32];
+    const int n = epoll_wait(epoll_.get(), evs, 32, 500);
+    for (int e = 0; e < n; ++e) {
+      const uint64_t key = evs[e].data.u64;
+      if (key == kKeyTimer) {
+        uint64_t x;
+        if (read(timer_.get(), &x, sizeof x) > 0) on_tick();
+      } else if (key == kKeySignal) {
+        signalfd_siginfo si;
+        if (read(signal_.get(), &si, sizeof si) > 0) {
+          spdlog::info("signal {}: shutting down", si.ssi_signo);
+          stop_.store(true);
+        }
+      } else if (key == kKeyControl) {
+        ctl_.serve_one();
+      } else if (key < ports_.size()) {
+        const uint32_t i = static_cast<uint32_t>(key);
+        const bool was = ports_[i]->backend().connected();
+        ports_[i]->on_event();
+        if (was && !ports_[i]->backend().connected()) fdb_.flush_port(i);
+        watch_port(i);
+      }
+    }
+  }
+  teardown();
+  return 0;
+}
+
+void Switch::teardown() {
+  if (pmds_) pmds_->stop();  // no PMD thread runs from here on
+  for (auto& p : ports_) p->stop();  // rings stopped, memory unmapped, socket files removed
+  ctl_.close();
+}
+
+port::CounterSnapshot Switch::sum_counters(uint32_t p) const {
+  port::CounterSnapshot s;
+  for (const auto& t : pmds_->threads()) t->forwarder().counters(p).accumulate(s);
+  return s;
+}
+
+control::Json Switch::stats() const {
+  control::Json ports = control::Json::array();
+  for (uint32_t i = 0; i < ports_.size(); ++i) {
+    const port::VhostPort& p = *ports_[i];
+    const port::CounterSnapshot c = sum_counters(i);
+    control::Json drops = control::Json::object();
+    for (uint32_t d = 0; d < port::kNumDrops; ++d)
+      drops[port::drop_name(static_cast<port::Drop>(d))] = c.drops[d];
+    const uint64_t f = p.backend().features();
+    ports.push_back({{"name", p.config().name},
+                     {"type", p.config().mode == port::SocketMode::kServer ? "vhost-user"
+                                                                           : "vhost-user-client"},
+                     {"path", p.config().path},
+                     {"state", p.state()},
+                     {"features", hex(f)},
+                     {"feature_names", feature_names(f)},
+                     {"rx_packets", c.rx_packets},
+                     {"rx_bytes", c.rx_bytes},
+                     {"tx_packets", c.tx_packets},
+                     {"tx_bytes", c.tx_bytes},
+                     {"drops", drops}});
+  }
+  return {{"ports", ports}};
+}
+
+control::Json Switch::ports_info() const {
+  control::Json out = control::Json::array();
+  for (uint32_t i = 0; i < ports_.size(); ++i) {
+    const port::VhostPort& p = *ports_[i];
+    const vhost::Backend& b = p.backend();
+    control::Json vrings = control::Json::array();
+    for (uint32_t v = 0; v < vhost::kNumVrings; ++v) {
+      const vhost::Vring& r = b.vring(v);
+      vrings.push_back({{"index", v},
+                        {"role", v == vhost::kRxVring ? "guest-rx" : "guest-tx"},
+                        {"size", r.num},
+                        {"ready", r.ready},
+                        {"why_not", r.ready ? "" : r.why_not},
+                        {"kick", r.kick.valid() ? "eventfd" : (r.started ? "polling" : "none")},
+                        {"call", r.call.valid()}});
+    }
+    out.push_back({{"name", p.config().name},
+                   {"id", i},
+                   {"type", p.config().mode == port::SocketMode::kServer ? "vhost-user"
+                                                                         : "vhost-user-client"},
+                   {"path", p.config().path},
+                   {"state", p.state()},
+                   {"connects", p.connects()},
+                   {"messages", b.messages()},
+                   {"mtu", b.mtu()},
+                   {"features", hex(b.features())},
+                   {"protocol_features", hex(b.protocol_features())},
+                   {"mapped_bytes", b.memory() ? b.memory()->mapped_bytes() : 0},
+                   {"pmd", pmds_->owner_of(i) ? static_cast<int>(pmds_->owner_of(i)->index()) : -1},
+                   {"vrings", vrings}});
+  }
+  return out;
+}
+
+control::Json Switch::fdb_info() const {
+  control::Json out = control::Json::array();
+  for (const auto& e : fdb_.entries(tables_.now_s.load())) {
+    const uint64_t m = e.mac;
+    out.push_back({{"mac", fmt::format("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", (m >> 40) & 0xff,
+                                       (m >> 32) & 0xff, (m >> 24) & 0xff, (m >> 16) & 0xff,
+                                       (m >> 8) & 0xff, m & 0xff)},
+                   {"port", e.port < ports_.size() ? ports_[e.port]->config().name : "?"},
+                   {"age_s", e.age_s}});
+  }
+  return out;
+}
+
+control::Json Switch::pmd_stats() const {
+  control::Json out = control::Json::array();
+  for (const auto& t : pmds_->threads()) {
+    control::Json names = control::Json::array();
+    for (uint32_t p : t->ports()) names.push_back(ports_[p]->config().name);
+    out.push_back({{"pmd", t->index()},
+                   {"cpu", t->cpu()},
+                   {"mode", dp::pmd_mode_name(cfg_.pmd.mode)},
+                   {"passes", t->passes()},
+                   {"busy_passes", t->busy_passes()},
+                   {"sleeps", t->sleeps()},
+                   {"rxqs", names}});
+  }
+  return out;
+}
+
+}  // namespace vl::app

@@ -1,0 +1,54 @@
+#pragma once
+// `virtlink switch`: owns the ports, the PMD threads and the control socket, and runs the
+// control thread's event loop (vhost-user messages, reconnects, MAC aging, ctl requests,
+// SIGINT/SIGTERM).
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "app/config.h"
+#include "control/control_server.h"
+#include "dp/fdb.h"
+#include "dp/forwarder.h"
+#include "dp/pmd.h"
+#include "port/vhost_port.h"
+#include "util/fd.h"
+
+namespace vl::app {
+
+class Switch {
+ public:
+  explicit Switch(SwitchConfig cfg);
+  ~Switch();
+
+  /// Runs until SIGINT/SIGTERM (or stop()). Returns the process exit code.
+  int run();
+  void stop() { stop_.store(true); }
+
+  /// The `ctl stats --json` document (INTERFACES.md).
+  control::Json stats() const;
+  control::Json ports_info() const;
+  control::Json fdb_info() const;
+  control::Json pmd_stats() const;
+
+ private:
+  bool setup(std::string* err);
+  void teardown();
+  void watch_port(uint32_t i);
+  void on_tick();
+  port::CounterSnapshot sum_counters(uint32_t port) const;
+
+  SwitchConfig cfg_;
+  dp::SwitchTables tables_;
+  dp::Fdb fdb_;
+  std::unique_ptr<dp::PmdSet> pmds_;
+  std::vector<std::unique_ptr<port::VhostPort>> ports_;
+  std::vector<int> watched_fd_;
+  control::ControlServer ctl_;
+  UniqueFd epoll_, timer_, signal_;
+  std::atomic<bool> stop_{false};
+  uint64_t start_ns_ = 0;
+};
+
+}  // namespace vl::app

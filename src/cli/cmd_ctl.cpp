@@ -1,0 +1,96 @@
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "app/config.h"
+#include "cli/commands.h"
+#include "control/control_server.h"
+
+namespace vl::cli {
+
+using control::Json;
+
+void add_ctl_command(CLI::App& app, CtlArgs& a) {
+  CLI::App* c = app.add_subcommand("ctl", "Query or control a running switch");
+  c->add_option("--control", a.control, "control socket (default /run/virtlink/virtlink.ctl)");
+  c->add_flag("--json", a.json, "print the reply as JSON");
+  c->add_option("command", a.command, "stats | ports | fdb | pmd-stats | version")->required();
+  c->add_option("args", a.args, "command arguments");
+}
+
+namespace {
+
+void print_stats(const Json& r) {
+  fmt::print("{:<12} {:<10} {:>14} {:>16} {:>14} {:>16} {:>10}\n", "PORT", "STATE", "RX_PACKETS",
+             "RX_BYTES", "TX_PACKETS", "TX_BYTES", "DROPS");
+  for (const auto& p : r["ports"]) {
+    uint64_t drops = 0;
+    for (const auto& [k, v] : p["drops"].items()) drops += v.get<uint64_t>();
+    fmt::print("{:<12} {:<10} {:>14} {:>16} {:>14} {:>16} {:>10}\n", p["name"].get<std::string>(),
+               p["state"].get<std::string>(), p["rx_packets"].get<uint64_t>(),
+               p["rx_bytes"].get<uint64_t>(), p["tx_packets"].get<uint64_t>(),
+               p["tx_bytes"].get<uint64_t>(), drops);
+    for (const auto& [k, v] : p["drops"].items()) {
+      if (v.get<uint64_t>()) fmt::print("{:<12}   drop {:<16} {}\n", "", k, v.get<uint64_t>());
+    }
+  }
+}
+
+void print_ports(const Json& r) {
+  for (const auto& p : r) {
+    fmt::print("{} ({} {}): {}, pmd {}, {} connect(s), mtu {}, features {}\n",
+               p["name"].get<std::string>(), p["type"].get<std::string>(),
+               p["path"].get<std::string>(), p["state"].get<std::string>(), p["pmd"].get<int>(),
+               p["connects"].get<uint64_t>(), p["mtu"].get<uint32_t>(),
+               p["features"].get<std::string>());
+    for (const auto& v : p["vrings"]) {
+      fmt::print("  vring {} {:<9} size {:<5} {}{}\n", v["index"].get<int>(),
+                 v["role"].get<std::string>(), v["size"].get<uint32_t>(),
+                 v["ready"].get<bool>() ? "ready" : "not ready: ",
+                 v["why_not"].get<std::string>());
+    }
+  }
+}
+
+void print_fdb(const Json& r) {
+  fmt::print("{:<18} {:<12} {:>6}\n", "MAC", "PORT", "AGE_S");
+  for (const auto& e : r)
+    fmt::print("{:<18} {:<12} {:>6}\n", e["mac"].get<std::string>(), e["port"].get<std::string>(),
+               e["age_s"].get<uint32_t>());
+}
+
+void print_pmd(const Json& r) {
+  for (const auto& t : r) {
+    std::string q;
+    for (const auto& n : t["rxqs"]) q += (q.empty() ? "" : ",") + n.get<std::string>();
+    fmt::print("pmd {} cpu {} {}: passes {} busy {} sleeps {} rxqs {}\n", t["pmd"].get<int>(),
+               t["cpu"].get<int>(), t["mode"].get<std::string>(), t["passes"].get<uint64_t>(),
+               t["busy_passes"].get<uint64_t>(), t["sleeps"].get<uint64_t>(), q);
+  }
+}
+
+}  // namespace
+
+int run_ctl(const CtlArgs& a) {
+  const std::string path = a.control.empty() ? app::default_control_path() : a.control;
+  Json args = Json::object();
+  if (!a.args.empty()) args["argv"] = a.args;
+  Json result;
+  std::string err;
+  if (!control::request(path, a.command, args, &result, &err)) {
+    fmt::print(stderr, "virtlink ctl {}: {}\n", a.command, err);
+    return 1;
+  }
+  if (a.json) {
+    fmt::print("{}\n", result.dump(2));
+    return 0;
+  }
+  if (a.command == "stats") print_stats(result);
+  else if (a.command == "ports") print_ports(result);
+  else if (a.command == "fdb") print_fdb(result);
+  else if (a.command == "pmd-stats") print_pmd(result);
+  else fmt::print("{}\n", result.dump(2));
+  return 0;
+}
+
+}  // namespace vl::cli

@@ -1,0 +1,70 @@
+#include <spdlog/spdlog.h>
+
+#include "app/config.h"
+#include "app/switch.h"
+#include "cli/commands.h"
+#include "util/cpuset.h"
+
+namespace vl::cli {
+
+void add_switch_command(CLI::App& app, SwitchArgs& a) {
+  CLI::App* s = app.add_subcommand("switch", "Run the vhost-user switch daemon");
+  s->add_option("--config", a.config, "TOML file with the same settings (command line wins)");
+  s->add_option("--port", a.ports,
+                "NAME=vhost-user:PATH (virtlink listens) or NAME=vhost-user-client:PATH "
+                "(virtlink connects, retrying every second); repeat for more ports");
+  s->add_option("--forward", a.forward, "bridge (MAC learning, default) or xconnect (1<->2, 3<->4, ...)")
+      ->check(CLI::IsMember({"bridge", "xconnect"}));
+  s->add_option("--pmd-cores", a.pmd_cores, "CPUs for PMD threads, taskset syntax (1 | 1,3 | 2-5)");
+  s->add_option("--pmd-mode", a.pmd_mode, "poll (default), interrupt or adaptive")
+      ->check(CLI::IsMember({"poll", "interrupt", "adaptive"}));
+  s->add_option("--pmd-idle-us", a.pmd_idle_us, "adaptive mode: idle microseconds before sleeping (200)");
+  s->add_option("--flush", a.flush, "output batching policy: rx-batch (default)");
+  s->add_option("--control", a.control, "control socket (default /run/virtlink/virtlink.ctl)");
+  s->add_option("--mac-aging", a.mac_aging_s, "MAC table aging in seconds (300)");
+  s->add_option("--burst", a.burst, "packets taken from a queue per poll (32, at most 64)");
+}
+
+int run_switch(const SwitchArgs& a) {
+  app::SwitchConfig cfg;
+  std::string err;
+  if (!a.config.empty() && !app::load_toml(a.config, &cfg, &err)) {
+    spdlog::error("{}", err);
+    return 2;
+  }
+  for (const auto& spec : a.ports) {
+    auto p = app::parse_port_spec(spec, &err);
+    if (!p) {
+      spdlog::error("{}", err);
+      return 2;
+    }
+    cfg.ports.push_back(*p);
+  }
+  if (!a.forward.empty()) cfg.forward = *app::parse_forward(a.forward);
+  if (!a.pmd_cores.empty()) {
+    auto c = parse_cpu_list(a.pmd_cores);
+    if (!c) {
+      spdlog::error("--pmd-cores '{}' is not a CPU list", a.pmd_cores);
+      return 2;
+    }
+    cfg.pmd_cores = *c;
+  }
+  if (!a.pmd_mode.empty()) cfg.pmd.mode = *app::parse_pmd_mode(a.pmd_mode);
+  if (a.pmd_idle_us) cfg.pmd.idle_us = a.pmd_idle_us;
+  if (!a.flush.empty()) cfg.flush = a.flush;
+  if (!a.control.empty()) cfg.control_path = a.control;
+  if (a.mac_aging_s) cfg.mac_aging_s = a.mac_aging_s;
+  if (a.burst) cfg.burst = a.burst;
+  if (cfg.burst > dp::kMaxBurst) {
+    spdlog::error("--burst {} is above {}", cfg.burst, dp::kMaxBurst);
+    return 2;
+  }
+  if (!app::validate(cfg, &err)) {
+    spdlog::error("{}", err);
+    return 2;
+  }
+  app::Switch sw(std::move(cfg));
+  return sw.run();
+}
+
+}  // namespace vl::cli

@@ -1,0 +1,46 @@
+#pragma once
+// Subcommand definitions: each adds its options to the CLI11 app and runs.
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+namespace vl::cli {
+
+struct SwitchArgs {
+  std::string config;
+  std::vector<std::string> ports;
+  std::string forward;
+  std::string pmd_cores;
+  std::string pmd_mode;
+  std::string flush;
+  std::string control;
+  uint32_t pmd_idle_us = 0;
+  uint32_t mac_aging_s = 0;
+  uint32_t burst = 0;
+};
+void add_switch_command(CLI::App& app, SwitchArgs& a);
+int run_switch(const SwitchArgs& a);
+
+struct CtlArgs {
+  std::string control;
+  std::string command;
+  std::vector<std::string> args;
+  bool json = false;
+};
+void add_ctl_command(CLI::App& app, CtlArgs& a);
+int run_ctl(const CtlArgs& a);
+
+struct BenchArgs {
+  std::string name;
+  std::string json_file;
+  bool quick = false;
+  std::string frame_sizes;
+  double trial_s = 0;
+  int runs = 0;
+  std::string results_dir;
+};
+void add_bench_command(CLI::App& app, BenchArgs& a);
+int run_bench(const BenchArgs& a);
+
+}  // namespace vl::cli

@@ -1,0 +1,42 @@
+// virtlink: a userspace virtio networking data plane. Entry point with subcommands:
+//   switch  the vhost-user switch daemon
+//   ctl     talk to a running switch over its control socket
+//   bench   benchmarks (bench/README.md)
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "cli/commands.h"
+#include "util/log.h"
+#include "virtlink_version.h"
+
+int main(int argc, char** argv) {
+  auto logger = spdlog::stderr_color_mt("virtlink");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+
+  CLI::App app{"virtlink: a userspace virtio networking data plane (vhost-user switch)"};
+  app.set_version_flag("--version", VIRTLINK_VERSION);
+  std::string level = "info";
+  app.add_option("--log-level", level, "trace, debug, info, warn, error, off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  app.require_subcommand(1);
+
+  vl::cli::SwitchArgs sw;
+  vl::cli::add_switch_command(app, sw);
+  vl::cli::CtlArgs ctl;
+  vl::cli::add_ctl_command(app, ctl);
+  vl::cli::BenchArgs bench;
+  vl::cli::add_bench_command(app, bench);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  vl::set_log_level(level.c_str());
+  if (app.got_subcommand("switch")) return vl::cli::run_switch(sw);
+  if (app.got_subcommand("ctl")) return vl::cli::run_ctl(ctl);
+  if (app.got_subcommand("bench")) return vl::cli::run_bench(bench);
+  return 2;
+}

@@ -1,0 +1,206 @@
+#include "dp/pmd.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "util/cpuset.h"
+#include "util/log.h"
+
+namespace vl::dp {
+
+const char* pmd_mode_name(PmdMode m) {
+  switch (m) {
+    case PmdMode::kPoll: return "poll";
+    case PmdMode::kInterrupt: return "interrupt";
+    case PmdMode::kAdaptive: return "adaptive";
+  }
+  return "?";
+}
+
+namespace {
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+constexpr uint64_t kWakeKey = 0xffffffffffffffffull;
+}  // namespace
+
+PmdThread::PmdThread(uint32_t index, int cpu, SwitchTables* t, PmdOptions opts)
+    : index_(index), cpu_(cpu), t_(t), opts_(opts), fw_(std::make_unique<Forwarder>(t)) {
+  epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
+  wake_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kWakeKey;
+  epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev);
+}
+
+PmdThread::~PmdThread() { stop(); }
+
+bool PmdThread::start(std::string* err) {
+  if (!epoll_.valid() || !wake_.valid()) {
+    *err = "cannot create the PMD thread's epoll or eventfd";
+    return false;
+  }
+  thread_ = std::thread([this] { run(); });
+  return true;
+}
+
+void PmdThread::stop() {
+  if (!thread_.joinable()) return;
+  stop_.store(true);
+  wake();
+  thread_.join();
+}
+
+void PmdThread::wake() { eventfd_write(wake_.get(), 1); }
+
+void PmdThread::watch_kick(uint32_t port, int fd) {
+  // Edge-triggered: every eventfd write by the front-end queues an event, so the kick
+  // counter is never read here. Reading it would race with the control thread closing
+  // the fd once this thread has been seen asleep.
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLET;
+  ev.data.u64 = port;
+  epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
+}
+
+void PmdThread::unwatch_kick(int fd) { epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr); }
+
+bool PmdThread::try_sleep() {
+  // Ask every queue for a kick, then look once more: a frame that arrived in between
+  // would otherwise wait for the next kick.
+  bool pending = false;
+  for (uint32_t p : ports_) {
+    port::VhostPort* vp = t_->ports[p];
+    if (!vp->active()) continue;
+    virtio::DeviceQueue* q = vp->dp().txq;
+    if (!q || q->broken()) continue;
+    q->set_kicks(true);
+    if (q->pending() != 0) pending = true;
+  }
+  if (pending || stop_.load(std::memory_order_relaxed)) return false;
+  sleeping_.store(true, std::memory_order_seq_cst);
+  epoll_event evs[16];
+  const int n = epoll_wait(epoll_.get(), evs, 16, 1000);
+  sleeping_.store(false, std::memory_order_seq_cst);
+  sleeps_.fetch_add(1, std::memory_order_relaxed);
+  for (int i = 0; i < n; ++i) {
+    if (evs[i].data.u64 == kWakeKey) {
+      uint64_t v;
+      eventfd_read(wake_.get(), &v);
+    }
+  }
+  return true;
+}
+
+void PmdThread::run() {
+  if (cpu_ >= 0) {
+    const int rc = pin_current_thread(cpu_);
+    if (rc != 0) spdlog::warn("pmd {}: cannot pin to cpu {}: {}", index_, cpu_, strerror(rc));
+  }
+  pthread_setname_np(pthread_self(), fmt::format("vl-pmd{}", index_).c_str());
+  spdlog::info("pmd {}: {} mode on cpu {}, {} port(s)", index_, pmd_mode_name(opts_.mode),
+               cpu_ >= 0 ? std::to_string(cpu_) : std::string("any"), ports_.size());
+  uint64_t idle_since = 0;
+  bool kicks_on = false;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    passes_.fetch_add(1, std::memory_order_seq_cst);  // quiescent point: no port in use here
+    uint32_t got = 0;
+    for (uint32_t p : ports_) got += fw_->poll(p);
+    if (got) {
+      busy_passes_.fetch_add(1, std::memory_order_relaxed);
+      idle_since = 0;
+      if (kicks_on) {
+        for (uint32_t p : ports_) {
+          port::VhostPort* vp = t_->ports[p];
+          if (vp->active() && vp->dp().txq && !vp->dp().txq->broken()) vp->dp().txq->set_kicks(false);
+        }
+        kicks_on = false;
+      }
+      continue;
+    }
+    switch (opts_.mode) {
+      case PmdMode::kPoll: __builtin_ia32_pause(); break;
+      case PmdMode::kInterrupt: kicks_on = true; try_sleep(); break;
+      case PmdMode::kAdaptive: {
+        const uint64_t now = now_ns();
+        if (!idle_since) idle_since = now;
+        if (now - idle_since >= uint64_t{opts_.idle_us} * 1000) {
+          kicks_on = true;
+          try_sleep();
+          idle_since = 0;
+        } else {
+          __builtin_ia32_pause();
+        }
+        break;
+      }
+    }
+  }
+}
+
+PmdSet::PmdSet(SwitchTables* t, const std::vector<int>& cpus, PmdOptions opts) {
+  if (cpus.empty()) {
+    threads_.push_back(std::make_unique<PmdThread>(0, -1, t, opts));
+  } else {
+    for (size_t i = 0; i < cpus.size(); ++i)
+      threads_.push_back(std::make_unique<PmdThread>(static_cast<uint32_t>(i), cpus[i], t, opts));
+  }
+}
+
+void PmdSet::assign_round_robin(uint32_t nports) {
+  for (uint32_t p = 0; p < nports; ++p) threads_[p % threads_.size()]->assign(p);
+}
+
+PmdThread* PmdSet::owner_of(uint32_t port) const {
+  for (auto& t : threads_) {
+    for (uint32_t p : t->ports()) if (p == port) return t.get();
+  }
+  return nullptr;
+}
+
+bool PmdSet::start(std::string* err) {
+  for (auto& t : threads_) {
+    if (!t->start(err)) return false;
+  }
+  running_ = true;
+  return true;
+}
+
+void PmdSet::stop() {
+  for (auto& t : threads_) t->stop();
+  running_ = false;
+}
+
+void PmdSet::wait_quiescent() {
+  if (!running_) return;
+  std::vector<uint64_t> seen;
+  seen.reserve(threads_.size());
+  for (auto& t : threads_) seen.push_back(t->passes());
+  for (size_t i = 0; i < threads_.size(); ++i) {
+    while (threads_[i]->passes() == seen[i] && !threads_[i]->sleeping()) {
+      timespec ts{0, 5000};
+      nanosleep(&ts, nullptr);
+    }
+  }
+}
+
+void PmdSet::ports_changed() {
+  for (auto& t : threads_) t->wake();
+}
+
+void PmdSet::set_kick_fd(uint32_t port, int old_fd, int new_fd) {
+  PmdThread* t = owner_of(port);
+  if (!t) return;
+  if (old_fd >= 0) t->unwatch_kick(old_fd);
+  if (new_fd >= 0) t->watch_kick(port, new_fd);
+}
+
+}  // namespace vl::dp

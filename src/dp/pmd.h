@@ -1,0 +1,96 @@
+#pragma once
+// PMD threads: each polls the transmit queues of the ports assigned to it and forwards
+// with its own Forwarder. Modes (INTERFACES.md --pmd-mode):
+//   poll       busy-poll forever;
+//   interrupt  after an empty pass, enable kicks, re-check, and sleep in epoll on the kick
+//              eventfds (plus a wake-up eventfd for control changes);
+//   adaptive   busy-poll while traffic flows, sleep as in interrupt mode after
+//              `idle_us` microseconds without a packet.
+// Quiescence: each pass starts with a seq_cst increment of `passes`; a sleeping thread sets
+// `sleeping`. The control thread waits for one of the two before touching a paused port.
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dp/forwarder.h"
+#include "port/port.h"
+#include "util/fd.h"
+
+namespace vl::dp {
+
+enum class PmdMode : uint8_t { kPoll, kInterrupt, kAdaptive };
+const char* pmd_mode_name(PmdMode m);
+
+struct PmdOptions {
+  PmdMode mode = PmdMode::kPoll;
+  uint32_t idle_us = 200;  ///< adaptive: idle time before sleeping (microseconds)
+};
+
+class PmdThread {
+ public:
+  PmdThread(uint32_t index, int cpu, SwitchTables* t, PmdOptions opts);
+  ~PmdThread();
+
+  void assign(uint32_t port) { ports_.push_back(port); }
+  const std::vector<uint32_t>& ports() const { return ports_; }
+  bool start(std::string* err);
+  void stop();
+
+  uint32_t index() const { return index_; }
+  int cpu() const { return cpu_; }
+  const Forwarder& forwarder() const { return *fw_; }
+
+  /// Quiescence and wake-up, for the control thread.
+  uint64_t passes() const { return passes_.load(std::memory_order_seq_cst); }
+  bool sleeping() const { return sleeping_.load(std::memory_order_seq_cst); }
+  void wake();
+  /// Adds/removes a kick eventfd to this thread's epoll set (control thread).
+  void watch_kick(uint32_t port, int fd);
+  void unwatch_kick(int fd);
+
+  /// Busy and idle passes, and sleeps, for pmd-stats.
+  uint64_t busy_passes() const { return busy_passes_.load(std::memory_order_relaxed); }
+  uint64_t sleeps() const { return sleeps_.load(std::memory_order_relaxed); }
+
+ private:
+  void run();
+  bool try_sleep();
+
+  uint32_t index_;
+  int cpu_;
+  SwitchTables* t_;
+  PmdOptions opts_;
+  std::unique_ptr<Forwarder> fw_;
+  std::vector<uint32_t> ports_;
+  std::thread thread_;
+  UniqueFd epoll_, wake_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> passes_{0};
+  std::atomic<bool> sleeping_{false};
+  std::atomic<uint64_t> busy_passes_{0}, sleeps_{0};
+};
+
+/// All PMD threads of a switch; implements the ports' quiescence contract.
+class PmdSet final : public port::Quiescer {
+ public:
+  PmdSet(SwitchTables* t, const std::vector<int>& cpus, PmdOptions opts);
+  /// Assigns port rx (their transmit queues) round-robin over the threads.
+  void assign_round_robin(uint32_t nports);
+  bool start(std::string* err);
+  void stop();
+  const std::vector<std::unique_ptr<PmdThread>>& threads() const { return threads_; }
+  PmdThread* owner_of(uint32_t port) const;
+
+  void wait_quiescent() override;
+  void ports_changed() override;
+  void set_kick_fd(uint32_t port, int old_fd, int new_fd) override;
+
+ private:
+  std::vector<std::unique_ptr<PmdThread>> threads_;
+  bool running_ = false;
+};
+
+}  // namespace vl::dp

@@ -1,0 +1,18 @@
+#include "port/port.h"
+
+namespace vl::port {
+
+const char* drop_name(Drop d) {
+  switch (d) {
+    case Drop::kNoRxBuffer: return "no_rx_buffer";
+    case Drop::kBadDescriptor: return "bad_descriptor";
+    case Drop::kBadHeader: return "bad_header";
+    case Drop::kTooBig: return "too_big";
+    case Drop::kRingBroken: return "ring_broken";
+    case Drop::kNoDestination: return "no_destination";
+    case Drop::kCount: break;
+  }
+  return "unknown";
+}
+
+}  // namespace vl::port

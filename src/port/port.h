@@ -1,0 +1,76 @@
+#pragma once
+// The narrow interface between ports and the switch datapath: what a PMD thread reads of a
+// port (PortDp), the per-reason drop counters, and the quiescence contract.
+#include <atomic>
+#include <cstdint>
+
+#include "virtio/device_queue.h"
+
+namespace vl::port {
+
+/// Most ports one switch serves; port ids are 0..kMaxPorts-1 (a 64-bit flood mask).
+inline constexpr uint32_t kMaxPorts = 64;
+
+/// Why a packet was dropped: the snake_case keys of `ctl stats --json` drops
+/// (INTERFACES.md). Counted on the ingress port except where noted.
+enum class Drop : uint8_t {
+  kNoRxBuffer,     ///< egress port: the guest had no receive buffer posted
+  kBadDescriptor,  ///< malformed chain: index, address, direction, indirect table, loop
+  kBadHeader,      ///< chain shorter than the virtio-net header plus an Ethernet header
+  kTooBig,         ///< egress port: frame above its MTU / buffer; or a chain too fragmented
+  kRingBroken,     ///< the queue stopped because its avail index was implausible
+  kNoDestination,  ///< bridge/xconnect had no ready port to send to
+  kCount,
+};
+inline constexpr uint32_t kNumDrops = static_cast<uint32_t>(Drop::kCount);
+const char* drop_name(Drop d);
+
+/// A plain copy of counters, summed over PMD threads for display.
+struct CounterSnapshot {
+  uint64_t rx_packets = 0, rx_bytes = 0, tx_packets = 0, tx_bytes = 0;
+  uint64_t drops[kNumDrops] = {};
+};
+
+/// Counters of one port as seen by one PMD thread (single writer; read by the control
+/// thread with relaxed loads). Direction is the switch's view (INTERFACES.md).
+struct PortCounters {
+  std::atomic<uint64_t> rx_packets{0}, rx_bytes{0}, tx_packets{0}, tx_bytes{0};
+  std::atomic<uint64_t> drops[kNumDrops] = {};
+  static void add(std::atomic<uint64_t>& c, uint64_t n) {
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  void drop(Drop d, uint64_t n = 1) { add(drops[static_cast<uint32_t>(d)], n); }
+  /// Adds these counters to `s` (relaxed reads; the control thread's view).
+  void accumulate(CounterSnapshot& s) const {
+    s.rx_packets += rx_packets.load(std::memory_order_relaxed);
+    s.rx_bytes += rx_bytes.load(std::memory_order_relaxed);
+    s.tx_packets += tx_packets.load(std::memory_order_relaxed);
+    s.tx_bytes += tx_bytes.load(std::memory_order_relaxed);
+    for (uint32_t d = 0; d < kNumDrops; ++d) s.drops[d] += drops[d].load(std::memory_order_relaxed);
+  }
+};
+
+/// What the datapath reads of a port. Rebuilt by the control thread while the port is
+/// paused; a PMD thread may use it only while `active` (acquire) is true.
+struct PortDp {
+  virtio::DeviceQueue* rxq = nullptr;  ///< the guest's receive queue (we fill it), or null
+  virtio::DeviceQueue* txq = nullptr;  ///< the guest's transmit queue (we drain it), or null
+  uint32_t hdr_len = 12;               ///< virtio-net header bytes on this port
+  bool mrg_rxbuf = false;              ///< mergeable receive buffers negotiated
+  uint32_t max_frame = virtio::kMaxFrameLen;  ///< largest frame deliverable (bytes)
+};
+
+/// Waits until no PMD thread is inside a port's datapath (an RCU-style grace period).
+class Quiescer {
+ public:
+  virtual ~Quiescer() = default;
+  virtual void wait_quiescent() = 0;
+  /// Tells PMD threads that ports changed (wakes sleeping ones).
+  virtual void ports_changed() = 0;
+  /// Moves the kick eventfd a sleeping PMD thread waits on for `port` from `old_fd` to
+  /// `new_fd` (-1: none). Called before the old fd is closed (epoll keys on the open file,
+  /// which the front-end still holds, so it must be removed while our fd number is valid).
+  virtual void set_kick_fd(uint32_t port, int old_fd, int new_fd) = 0;
+};
+
+}  // namespace vl::port

@@ -1,0 +1,173 @@
+#include "port/vhost_port.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "util/log.h"
+#include "virtio/virtio_defs.h"
+
+namespace vl::port {
+
+using namespace vl::virtio;
+
+namespace {
+bool make_addr(const std::string& path, sockaddr_un* a, std::string* err) {
+  if (path.empty() || path.size() >= sizeof(a->sun_path)) {
+    *err = fmt::format("socket path '{}' is empty or longer than {} bytes", path,
+                       sizeof(a->sun_path) - 1);
+    return false;
+  }
+  std::memset(a, 0, sizeof *a);
+  a->sun_family = AF_UNIX;
+  std::memcpy(a->sun_path, path.data(), path.size());
+  return true;
+}
+}  // namespace
+
+VhostPort::VhostPort(uint32_t id, VhostPortConfig cfg, Quiescer* q)
+    : id_(id), cfg_(std::move(cfg)), quiescer_(q), backend_(this, [&] {
+        auto o = vhost::BackendOptions::defaults();
+        if (!cfg_.mrg_rxbuf) o.features &= ~bit(kNetFMrgRxbuf);
+        return o;
+      }()) {}
+
+VhostPort::~VhostPort() { stop(); }
+
+bool VhostPort::start(std::string* err) {
+  if (cfg_.mode == SocketMode::kClient) {
+    try_connect();
+    return true;
+  }
+  sockaddr_un a;
+  if (!make_addr(cfg_.path, &a, err)) return false;
+  struct stat st;
+  if (lstat(cfg_.path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      *err = fmt::format("{} exists and is not a socket", cfg_.path);
+      return false;
+    }
+    unlink(cfg_.path.c_str());  // a stale socket from an earlier run
+  }
+  UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!s.valid() || bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      chmod(cfg_.path.c_str(), cfg_.socket_mode) != 0 || listen(s.get(), 4) != 0) {
+    *err = fmt::format("cannot listen on {}: {}", cfg_.path, strerror(errno));
+    down_ = true;
+    return false;
+  }
+  listen_ = std::move(s);
+  spdlog::info("port {}: listening on {}", cfg_.name, cfg_.path);
+  return true;
+}
+
+void VhostPort::stop() {
+  if (backend_.connected()) backend_.disconnect();
+  if (listen_.valid()) {
+    listen_.reset();
+    unlink(cfg_.path.c_str());
+  }
+}
+
+int VhostPort::watch_fd() const {
+  if (backend_.connected()) return backend_.fd();
+  return listen_.get();
+}
+
+const char* VhostPort::state() const {
+  if (backend_.connected()) return "connected";
+  if (down_) return "down";
+  return "waiting";
+}
+
+bool VhostPort::try_connect() {
+  sockaddr_un a;
+  std::string err;
+  if (!make_addr(cfg_.path, &a, &err)) {
+    down_ = true;
+    return false;
+  }
+  UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s.valid()) return false;
+  if (connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    if (!retry_logged_) {
+      spdlog::info("port {}: {} not reachable ({}), retrying every second", cfg_.name, cfg_.path,
+                   strerror(errno));
+      retry_logged_ = true;
+    }
+    return false;
+  }
+  fcntl(s.get(), F_SETFL, fcntl(s.get(), F_GETFL) | O_NONBLOCK);
+  retry_logged_ = false;
+  ++connects_;
+  backend_.attach(std::move(s));
+  spdlog::info("port {}: connected to {}", cfg_.name, cfg_.path);
+  return true;
+}
+
+bool VhostPort::on_tick() {
+  if (cfg_.mode == SocketMode::kClient && !backend_.connected() && !down_) return try_connect();
+  return false;
+}
+
+bool VhostPort::on_event() {
+  if (backend_.connected()) {
+    std::string why;
+    if (!backend_.on_readable(&why)) {
+      drop_connection(why);
+      return true;
+    }
+    return false;
+  }
+  if (!listen_.valid()) return false;
+  UniqueFd c(accept4(listen_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+  if (!c.valid()) return false;
+  ++connects_;
+  backend_.attach(std::move(c));
+  spdlog::info("port {}: front-end connected on {}", cfg_.name, cfg_.path);
+  return true;
+}
+
+void VhostPort::drop_connection(const std::string& why) {
+  spdlog::info("port {}: connection closed: {}", cfg_.name, why);
+  backend_.disconnect();
+  // Server ports keep listening for the next front-end; client ports retry on the tick.
+}
+
+void VhostPort::pause_datapath() {
+  if (pause_depth_++ > 0) return;
+  active_.store(false, std::memory_order_seq_cst);
+  quiescer_->wait_quiescent();
+  if (kick_fd_ >= 0) {
+    quiescer_->set_kick_fd(id_, kick_fd_, -1);
+    kick_fd_ = -1;
+  }
+}
+
+void VhostPort::resume_datapath() {
+  if (--pause_depth_ > 0) return;
+  const vhost::Vring& rx = backend_.vring(vhost::kRxVring);
+  const vhost::Vring& tx = backend_.vring(vhost::kTxVring);
+  PortDp d;
+  d.rxq = rx.ready ? const_cast<DeviceQueue*>(&rx.q) : nullptr;
+  d.txq = tx.ready ? const_cast<DeviceQueue*>(&tx.q) : nullptr;
+  d.hdr_len = net_hdr_len(backend_.features());
+  d.mrg_rxbuf = has(backend_.features(), kNetFMrgRxbuf);
+  uint32_t mtu = backend_.mtu();
+  if (cfg_.mtu && (!mtu || cfg_.mtu < mtu)) mtu = cfg_.mtu;
+  d.max_frame = mtu ? mtu + kEthHdrLen + 4 /* one VLAN tag */ : kMaxFrameLen;
+  dp_ = d;
+  kick_fd_ = tx.ready ? tx.kick.get() : -1;
+  if (kick_fd_ >= 0) quiescer_->set_kick_fd(id_, -1, kick_fd_);
+  active_.store(d.rxq || d.txq, std::memory_order_seq_cst);
+  quiescer_->ports_changed();
+}
+
+}  // namespace vl::port

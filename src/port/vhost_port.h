@@ -1,0 +1,84 @@
+#pragma once
+// A switch port backed by a vhost-user socket, in server mode (virtlink listens on PATH) or
+// client mode (virtlink connects to PATH and retries every second while the peer is
+// absent). It owns the vhost-user back-end of its current connection and publishes the
+// datapath view (PortDp) under the quiescence protocol:
+//   pause:  active = false; wait until every PMD thread has passed a quiescent point;
+//   change: the back-end mutates rings, memory, fds;
+//   resume: rebuild PortDp; active = true; wake PMD threads.
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "port/port.h"
+#include "util/fd.h"
+#include "vhost/backend.h"
+
+namespace vl::port {
+
+enum class SocketMode : uint8_t { kServer, kClient };
+
+/// Static configuration of one vhost-user port.
+struct VhostPortConfig {
+  std::string name;
+  SocketMode mode = SocketMode::kServer;
+  std::string path;
+  uint32_t mtu = 0;             ///< 0: no limit beyond the guest's NET_SET_MTU
+  uint32_t socket_mode = 0600;  ///< permission bits of the socket file (server mode)
+  bool mrg_rxbuf = true;        ///< offer VIRTIO_NET_F_MRG_RXBUF
+};
+
+class VhostPort final : public vhost::DeviceHost {
+ public:
+  VhostPort(uint32_t id, VhostPortConfig cfg, Quiescer* q);
+  ~VhostPort() override;
+
+  uint32_t id() const { return id_; }
+  const VhostPortConfig& config() const { return cfg_; }
+
+  /// Server mode: creates the listening socket (replacing a stale socket file).
+  /// Client mode: tries to connect once. Returns false with `*err` on a fatal error.
+  bool start(std::string* err);
+  /// Closes the connection, the listening socket, and removes the socket file.
+  void stop();
+
+  /// The fd the control loop should watch: the connection if connected, else the
+  /// listening socket (server) or -1 (client, waiting to retry).
+  int watch_fd() const;
+  /// Handles readiness of watch_fd(). Returns true if the watched fd changed.
+  bool on_event();
+  /// Called every second: client ports retry their connection. True if watch_fd changed.
+  bool on_tick();
+
+  /// "connected", "waiting" or "down" (INTERFACES.md).
+  const char* state() const;
+  const vhost::Backend& backend() const { return backend_; }
+  uint64_t connects() const { return connects_; }
+
+  // ---- Datapath side ----
+  bool active() const { return active_.load(std::memory_order_acquire); }
+  const PortDp& dp() const { return dp_; }
+
+  // DeviceHost
+  void pause_datapath() override;
+  void resume_datapath() override;
+
+ private:
+  bool try_connect();
+  void drop_connection(const std::string& why);
+
+  uint32_t id_;
+  VhostPortConfig cfg_;
+  Quiescer* quiescer_;
+  vhost::Backend backend_;
+  UniqueFd listen_;
+  std::atomic<bool> active_{false};
+  PortDp dp_;
+  int kick_fd_ = -1;  ///< the transmit queue's kick fd registered with the PMD thread
+  int pause_depth_ = 0;
+  bool down_ = false;
+  bool retry_logged_ = false;
+  uint64_t connects_ = 0;
+};
+
+}  // namespace vl::port

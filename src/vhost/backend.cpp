@@ -1,0 +1,408 @@
+#include "vhost/backend.h"
+
+#include <fmt/format.h>
+
+#include "util/log.h"
+#include "virtio/virtio_defs.h"
+
+namespace vl::vhost {
+
+using namespace vl::virtio;
+
+namespace {
+
+constexpr uint32_t kVarSize = 0xffffffffu;
+
+/// The message table: every request virtlink serves, with the exact payload size it must
+/// carry and how many fds it may bring. Anything else is refused by dispatch().
+struct Spec {
+  Req req;
+  uint32_t size;    ///< exact payload bytes, or kVarSize (validated by the handler)
+  uint32_t max_fds;
+  bool (Backend::*fn)(Message&, Backend::Reply&);
+};
+
+constexpr Spec kSpecs[] = {
+    {Req::kGetFeatures, 0, 0, &Backend::h_get_features},
+    {Req::kSetFeatures, 8, 0, &Backend::h_set_features},
+    {Req::kSetOwner, 0, 0, &Backend::h_set_owner},
+    {Req::kResetOwner, 0, 0, &Backend::h_reset_owner},
+    {Req::kSetMemTable, kVarSize, GuestMemory::kMaxRegions, &Backend::h_set_mem_table},
+    {Req::kSetVringNum, sizeof(VringState), 0, &Backend::h_set_vring_num},
+    {Req::kSetVringAddr, sizeof(VringAddr), 0, &Backend::h_set_vring_addr},
+    {Req::kSetVringBase, sizeof(VringState), 0, &Backend::h_set_vring_base},
+    {Req::kGetVringBase, sizeof(VringState), 0, &Backend::h_get_vring_base},
+    {Req::kSetVringKick, 8, 1, &Backend::h_set_vring_fd},
+    {Req::kSetVringCall, 8, 1, &Backend::h_set_vring_fd},
+    {Req::kSetVringErr, 8, 1, &Backend::h_set_vring_fd},
+    {Req::kGetProtocolFeatures, 0, 0, &Backend::h_get_protocol_features},
+    {Req::kSetProtocolFeatures, 8, 0, &Backend::h_set_protocol_features},
+    {Req::kGetQueueNum, 0, 0, &Backend::h_get_queue_num},
+    {Req::kSetVringEnable, sizeof(VringState), 0, &Backend::h_set_vring_enable},
+    {Req::kSendRarp, 8, 0, &Backend::h_send_rarp},
+    {Req::kNetSetMtu, 8, 0, &Backend::h_net_set_mtu},
+};
+
+const Spec* find_spec(uint32_t request) {
+  for (const Spec& s : kSpecs) {
+    if (static_cast<uint32_t>(s.req) == request) return &s;
+  }
+  return nullptr;
+}
+
+bool fail(Backend::Reply& r, std::string why) {
+  r.error = std::move(why);
+  return false;
+}
+
+uint64_t get_u64(const Message& m) {
+  uint64_t v;
+  __builtin_memcpy(&v, m.payload, 8);
+  return v;
+}
+
+}  // namespace
+
+BackendOptions BackendOptions::defaults() {
+  BackendOptions o;
+  o.features = bit(kFVersion1) | bit(kNetFMrgRxbuf) | bit(kRingFEventIdx) |
+               bit(kRingFIndirectDesc) | bit(kNetFMtu) | bit(kFProtocolFeatures);
+  o.protocol_features = bit(kProtoMq) | bit(kProtoReplyAck) | bit(kProtoMtu) | bit(kProtoRarp);
+  o.queue_pairs = 1;
+  return o;
+}
+
+void Backend::attach(UniqueFd sock) {
+  chan_.reset(std::move(sock));
+  messages_ = 0;
+}
+
+bool Backend::on_readable(std::string* why) {
+  // Bound the work per wake-up so one chatty front-end cannot starve the others.
+  for (int i = 0; i < 64; ++i) {
+    ReadStatus st = chan_.read(why);
+    switch (st) {
+      case ReadStatus::kAgain: return true;
+      case ReadStatus::kClosed: *why = "front-end closed the connection"; return false;
+      case ReadStatus::kError: return false;
+      case ReadStatus::kMessage: break;
+    }
+    ++messages_;
+    if (!dispatch(chan_.message(), why)) return false;
+  }
+  return true;
+}
+
+bool Backend::dispatch(Message& m, std::string* why) {
+  const uint32_t req = m.hdr.request;
+  const Spec* spec = find_spec(req);
+  Reply r;
+  bool ok;
+  if ((m.hdr.flags & kVersionMask) != kVersion || (m.hdr.flags & kFlagReply)) {
+    ok = fail(r, fmt::format("bad header flags {:#x}", m.hdr.flags));
+  } else if (!spec) {
+    ok = fail(r, "unsupported request");
+  } else if (m.nfds > spec->max_fds) {
+    ok = fail(r, fmt::format("{} fds, at most {} allowed", m.nfds, spec->max_fds));
+  } else if (spec->size != kVarSize && m.hdr.size != spec->size) {
+    ok = fail(r, fmt::format("payload of {} bytes, {} expected", m.hdr.size, spec->size));
+  } else {
+    ok = (this->*(spec->fn))(m, r);
+  }
+  m.close_fds();  // handlers take the fds they keep; the rest close here
+
+  const bool reply_ack = has(proto_features_, kProtoReplyAck) && (m.hdr.flags & kFlagNeedReply);
+  if (!ok) {
+    VL_LOG_RL(spdlog::level::warn, "vhost-user: {} ({}) refused: {}", req_name(req), req, r.error);
+    if (!reply_ack || (spec && r.has_payload)) {
+      *why = fmt::format("{} refused: {}", req_name(req), r.error);
+      return false;
+    }
+    const uint64_t err = 1;
+    return chan_.send(req, kVersion | kFlagReply, &err, 8);
+  }
+  spdlog::debug("vhost-user: {} ok", req_name(req));
+  if (r.has_payload) {
+    if (!chan_.send(req, kVersion | kFlagReply, r.payload, r.size)) {
+      *why = "could not send a reply";
+      return false;
+    }
+  } else if (reply_ack) {
+    const uint64_t zero = 0;
+    if (!chan_.send(req, kVersion | kFlagReply, &zero, 8)) {
+      *why = "could not send a reply";
+      return false;
+    }
+  }
+  return true;
+}
+
+bool Backend::vring_index(uint64_t raw, uint32_t* out, Reply& r) const {
+  if (raw >= kNumVrings) return fail(r, fmt::format("vring index {:#x} out of range", raw));
+  *out = static_cast<uint32_t>(raw);
+  return true;
+}
+
+bool Backend::h_get_features(Message&, Reply& r) {
+  r.set_u64(opts_.features);
+  return true;
+}
+
+bool Backend::h_set_features(Message& m, Reply& r) {
+  const uint64_t f = get_u64(m);
+  if (f & ~opts_.features) return fail(r, fmt::format("features {:#x} not offered", f & ~opts_.features));
+  host_->pause_datapath();
+  features_ = f;
+  features_set_ = true;
+  refresh();
+  host_->resume_datapath();
+  return true;
+}
+
+bool Backend::h_get_protocol_features(Message&, Reply& r) {
+  r.set_u64(opts_.protocol_features);
+  return true;
+}
+
+bool Backend::h_set_protocol_features(Message& m, Reply& r) {
+  const uint64_t f = get_u64(m);
+  if (f & ~opts_.protocol_features)
+    return fail(r, fmt::format("protocol features {:#x} not offered", f & ~opts_.protocol_features));
+  proto_features_ = f;
+  return true;
+}
+
+bool Backend::h_set_owner(Message&, Reply&) { return true; }
+
+bool Backend::h_reset_owner(Message&, Reply&) {
+  host_->pause_datapath();
+  reset_device();
+  host_->resume_datapath();
+  return true;
+}
+
+bool Backend::h_set_mem_table(Message& m, Reply& r) {
+  if (m.hdr.size < sizeof(MemTableHeader)) return fail(r, "payload shorter than its header");
+  MemTableHeader h;
+  __builtin_memcpy(&h, m.payload, sizeof h);
+  const uint32_t n = h.nregions;
+  if (n == 0 || n > GuestMemory::kMaxRegions)
+    return fail(r, fmt::format("{} regions (1 to {} supported)", n, GuestMemory::kMaxRegions));
+  const uint32_t need = sizeof(MemTableHeader) + n * sizeof(MemRegion);
+  const uint32_t full = sizeof(MemTableHeader) + GuestMemory::kMaxRegions * sizeof(MemRegion);
+  if (m.hdr.size != need && m.hdr.size != full)
+    return fail(r, fmt::format("payload of {} bytes for {} regions", m.hdr.size, n));
+  if (m.nfds != n) return fail(r, fmt::format("{} fds for {} regions", m.nfds, n));
+  MemRegionDesc regions[GuestMemory::kMaxRegions];
+  int fds[GuestMemory::kMaxRegions];
+  for (uint32_t i = 0; i < n; ++i) {
+    MemRegion mr;
+    __builtin_memcpy(&mr, m.payload + sizeof h + i * sizeof mr, sizeof mr);
+    regions[i] = MemRegionDesc{mr.guest_phys_addr, mr.memory_size, mr.userspace_addr, mr.mmap_offset};
+    fds[i] = m.fds[i].get();
+  }
+  auto mem = std::make_unique<GuestMemory>();
+  std::string err;
+  if (!mem->build(regions, fds, n, &err)) return fail(r, err);  // old table kept
+  host_->pause_datapath();
+  mem_ = std::move(mem);  // the old table is unmapped here, with no thread using it
+  for (Vring& v : vrings_) v.q.detach();
+  refresh();
+  host_->resume_datapath();
+  spdlog::info("vhost-user: memory table with {} regions, {} MiB mapped", n,
+               mem_->mapped_bytes() >> 20);
+  return true;
+}
+
+bool Backend::h_set_vring_num(Message& m, Reply& r) {
+  VringState s;
+  m.get(&s);
+  uint32_t i;
+  if (!vring_index(s.index, &i, r)) return false;
+  if (s.num == 0 || s.num > kMaxQueueSize || (s.num & (s.num - 1)))
+    return fail(r, fmt::format("queue size {} (a power of two up to {} needed)", s.num, kMaxQueueSize));
+  host_->pause_datapath();
+  vrings_[i].num = s.num;
+  vrings_[i].q.detach();
+  refresh();
+  host_->resume_datapath();
+  return true;
+}
+
+bool Backend::h_set_vring_addr(Message& m, Reply& r) {
+  VringAddr a;
+  m.get(&a);
+  uint32_t i;
+  if (!vring_index(a.index, &i, r)) return false;
+  if (a.flags & ~1u) return fail(r, fmt::format("unknown vring address flags {:#x}", a.flags));
+  host_->pause_datapath();
+  vrings_[i].addr = a;
+  vrings_[i].addr_set = true;
+  vrings_[i].q.detach();
+  refresh();
+  host_->resume_datapath();
+  return true;
+}
+
+bool Backend::h_set_vring_base(Message& m, Reply& r) {
+  VringState s;
+  m.get(&s);
+  uint32_t i;
+  if (!vring_index(s.index, &i, r)) return false;
+  if (s.num > 0xffff) return fail(r, fmt::format("split ring base {:#x} over 16 bits", s.num));
+  host_->pause_datapath();
+  vrings_[i].base = static_cast<uint16_t>(s.num);
+  vrings_[i].q.detach();
+  refresh();
+  host_->resume_datapath();
+  return true;
+}
+
+bool Backend::h_get_vring_base(Message& m, Reply& r) {
+  VringState s;
+  m.get(&s);
+  uint32_t i;
+  if (!vring_index(s.index, &i, r)) return false;
+  host_->pause_datapath();
+  Vring& v = vrings_[i];
+  if (v.q.attached()) v.base = v.q.last_avail();
+  v.started = false;  // vhost-user.rst GET_VRING_BASE: stops the ring
+  v.kick.reset();
+  v.q.detach();
+  refresh();
+  host_->resume_datapath();
+  r.set_state(VringState{i, v.base});
+  return true;
+}
+
+bool Backend::h_set_vring_fd(Message& m, Reply& r) {
+  const uint64_t v = get_u64(m);
+  uint32_t i;
+  if (v & ~(kVringIdxMask | kVringNoFd)) return fail(r, fmt::format("payload {:#x} has unknown bits", v));
+  if (!vring_index(v & kVringIdxMask, &i, r)) return false;
+  const bool nofd = (v & kVringNoFd) != 0;
+  if (nofd ? m.nfds != 0 : m.nfds != 1)
+    return fail(r, fmt::format("{} fds with the no-fd flag {}", m.nfds, nofd ? "set" : "clear"));
+  UniqueFd fd = nofd ? UniqueFd() : std::move(m.fds[0]);
+  Vring& vr = vrings_[i];
+  host_->pause_datapath();
+  switch (static_cast<Req>(m.hdr.request)) {
+    case Req::kSetVringKick:
+      vr.kick = std::move(fd);
+      vr.started = true;  // vhost-user.rst: the ring starts on SET_VRING_KICK
+      vr.q.detach();
+      break;
+    case Req::kSetVringCall: vr.call = std::move(fd); break;
+    default: vr.err = std::move(fd); break;
+  }
+  refresh();
+  host_->resume_datapath();
+  return true;
+}
+
+bool Backend::h_get_queue_num(Message&, Reply& r) {
+  r.set_u64(opts_.queue_pairs);
+  return true;
+}
+
+bool Backend::h_set_vring_enable(Message& m, Reply& r) {
+  VringState s;
+  m.get(&s);
+  uint32_t i;
+  if (!vring_index(s.index, &i, r)) return false;
+  if (s.num > 1) return fail(r, fmt::format("enable value {}", s.num));
+  host_->pause_datapath();
+  vrings_[i].enabled = s.num == 1;
+  refresh();
+  host_->resume_datapath();
+  return true;
+}
+
+bool Backend::h_send_rarp(Message& m, Reply&) {
+  __builtin_memcpy(rarp_mac_, m.payload, 6);
+  rarp_mac_set_ = true;
+  return true;
+}
+
+bool Backend::h_net_set_mtu(Message& m, Reply& r) {
+  const uint64_t mtu = get_u64(m);
+  if (mtu < 68 || mtu > 65535) return fail(r, fmt::format("MTU {} outside 68..65535", mtu));
+  host_->pause_datapath();
+  mtu_ = static_cast<uint32_t>(mtu);
+  host_->resume_datapath();
+  return true;
+}
+
+void Backend::refresh() {
+  // vhost-user.rst "Ring states": without VHOST_USER_F_PROTOCOL_FEATURES rings start enabled;
+  // with it, they stay disabled until SET_VRING_ENABLE.
+  const bool enabled_by_default = !has(features_, kFProtocolFeatures);
+  for (uint32_t i = 0; i < kNumVrings; ++i) {
+    Vring& v = vrings_[i];
+    v.ready = false;
+    if (!mem_) v.why_not = "no memory table";
+    else if (!v.num) v.why_not = "no queue size";
+    else if (!v.addr_set) v.why_not = "no ring address";
+    else if (!v.started) v.why_not = "not started";
+    else if (!(v.enabled || enabled_by_default)) v.why_not = "disabled";
+    else if (!features_set_) v.why_not = "features not set";
+    else if (v.q.attached() && v.q.broken()) v.why_not = "ring broken";
+    else v.ready = true;
+    if (!v.ready) {
+      if (v.why_not != "ring broken") v.q.detach();
+      continue;
+    }
+    if (!v.q.attached()) {
+      const uint32_t num = v.num;
+      auto* desc = mem_->uva_to_host(v.addr.desc_user_addr, desc_table_bytes(num));
+      auto* avail = mem_->uva_to_host(v.addr.avail_user_addr, avail_ring_bytes(num));
+      auto* used = mem_->uva_to_host(v.addr.used_user_addr, used_ring_bytes(num));
+      const bool aligned = !(reinterpret_cast<uintptr_t>(desc) & 15) &&
+                           !(reinterpret_cast<uintptr_t>(avail) & 1) &&
+                           !(reinterpret_cast<uintptr_t>(used) & 3);
+      if (!desc || !avail || !used || !aligned) {
+        // hostile-inputs.md item 9: the ring does not start.
+        v.ready = false;
+        v.why_not = "ring address not in guest memory";
+        VL_LOG_RL(spdlog::level::warn, "vhost-user: vring {} addresses do not translate", i);
+        continue;
+      }
+      auto* u = reinterpret_cast<VringUsed*>(used);
+      const uint16_t used_idx = __atomic_load_n(&u->idx, __ATOMIC_ACQUIRE);
+      uint16_t base = v.base;
+      if (base != used_idx) {
+        // Nothing is in flight when a ring stops, so the used index is where we left off
+        // (the same recovery DPDK's vhost library uses after a reconnect).
+        VL_LOG_RL(spdlog::level::info, "vhost-user: vring {} base {} != used index {}; resuming at {}",
+                  i, base, used_idx, used_idx);
+        base = used_idx;
+      }
+      v.q.attach(mem_.get(), num, reinterpret_cast<VringDesc*>(desc),
+                 reinterpret_cast<VringAvail*>(avail), u, base, features_);
+    }
+    v.q.set_call_fd(v.call.get());
+    v.why_not.clear();
+  }
+}
+
+void Backend::reset_device() {
+  for (Vring& v : vrings_) {
+    v.q.detach();
+    v = Vring{};
+  }
+  mem_.reset();
+  features_ = 0;
+  features_set_ = false;
+  proto_features_ = 0;
+  mtu_ = 0;
+  rarp_mac_set_ = false;
+}
+
+void Backend::disconnect() {
+  host_->pause_datapath();
+  reset_device();
+  chan_.close();
+  host_->resume_datapath();
+}
+
+}  // namespace vl::vhost

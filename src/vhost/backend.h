@@ -1,0 +1,154 @@
+#pragma once
+// The vhost-user back-end (device side) of one connection: it answers a front-end (QEMU,
+// DPDK virtio-user, virtlink's own front-end) and keeps the device state the datapath
+// reads. QEMU docs/interop/vhost-user.rst is the reference for every message.
+//
+// Security model. The socket and everything it carries are untrusted. Every message goes
+// through one gate before its handler (see kSpecs in backend.cpp): version bits, a known
+// request, the exact payload size for that request, and no more fds than it may carry.
+// Handlers then validate each field (vring index over the full 32/64 bits, queue size a
+// power of two <= 32768, memory regions that neither overflow nor overlap, ring addresses
+// that translate). A message that fails gets an error reply when REPLY_ACK allows it;
+// otherwise the connection is closed. Either way, only this connection is affected, every
+// fd the message carried is closed, and state is unchanged (SET_MEM_TABLE keeps the old
+// table).
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "util/fd.h"
+#include "vhost/channel.h"
+#include "vhost/protocol.h"
+#include "virtio/device_queue.h"
+#include "virtio/guest_memory.h"
+
+namespace vl::vhost {
+
+/// What the back-end needs from its owner while it changes state that the datapath reads.
+class DeviceHost {
+ public:
+  virtual ~DeviceHost() = default;
+  /// Returns once no datapath thread touches this device's queues or memory.
+  virtual void pause_datapath() = 0;
+  /// Lets the datapath use the device again (it re-reads which queues are ready).
+  virtual void resume_datapath() = 0;
+};
+
+/// Vring numbers of a virtio-net device with one queue pair (virtio 1.2 §5.1.2).
+inline constexpr uint32_t kRxVring = 0;  ///< receiveq1: the device writes (switch -> guest)
+inline constexpr uint32_t kTxVring = 1;  ///< transmitq1: the device reads (guest -> switch)
+inline constexpr uint32_t kNumVrings = 2;
+
+/// One vring's control state plus the datapath queue.
+struct Vring {
+  virtio::DeviceQueue q;
+  uint32_t num = 0;  ///< SET_VRING_NUM; 0 until set
+  VringAddr addr{};
+  bool addr_set = false;
+  uint16_t base = 0;  ///< SET_VRING_BASE
+  UniqueFd kick, call, err;
+  bool started = false;  ///< a SET_VRING_KICK arrived (fd or polling) and no GET_VRING_BASE since
+  bool enabled = false;  ///< SET_VRING_ENABLE state
+  bool ready = false;    ///< the datapath may use q (computed by refresh)
+  std::string why_not;   ///< why the ring is not ready, for `ctl ports`
+};
+
+/// Features and limits a back-end offers.
+struct BackendOptions {
+  uint64_t features = 0;            ///< virtio feature bits offered on GET_FEATURES
+  uint64_t protocol_features = 0;   ///< offered on GET_PROTOCOL_FEATURES
+  uint32_t queue_pairs = 1;         ///< GET_QUEUE_NUM
+  /// The default offer: VERSION_1, MRG_RXBUF, EVENT_IDX, INDIRECT_DESC, MTU,
+  /// PROTOCOL_FEATURES; protocol MQ, REPLY_ACK, MTU, RARP.
+  static BackendOptions defaults();
+};
+
+class Backend {
+ public:
+  Backend(DeviceHost* host, BackendOptions opts) : host_(host), opts_(opts) {}
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  /// Starts serving a new connection (any previous one must be disconnected).
+  void attach(UniqueFd sock);
+  bool connected() const { return chan_.open(); }
+  int fd() const { return chan_.fd(); }
+
+  /// Handles what the socket has to read. Returns false when the connection has failed
+  /// or closed; the caller then calls disconnect(). `why` says why.
+  bool on_readable(std::string* why);
+
+  /// Stops the rings, unmaps guest memory and closes every fd of this connection.
+  void disconnect();
+
+  // ---- State (read by the port; stable while the datapath is paused or resumed) ----
+  Vring& vring(uint32_t i) { return vrings_[i]; }
+  const Vring& vring(uint32_t i) const { return vrings_[i]; }
+  uint64_t features() const { return features_; }
+  uint64_t protocol_features() const { return proto_features_; }
+  const virtio::GuestMemory* memory() const { return mem_.get(); }
+  uint32_t mtu() const { return mtu_; }  ///< NET_SET_MTU, 0 if never set
+  bool has_rarp_mac() const { return rarp_mac_set_; }
+  const uint8_t* rarp_mac() const { return rarp_mac_; }
+  uint64_t messages() const { return messages_; }
+
+  // Handlers (public for the message table; called only through dispatch()).
+  struct Reply;
+  bool h_get_features(Message&, Reply&);
+  bool h_set_features(Message&, Reply&);
+  bool h_get_protocol_features(Message&, Reply&);
+  bool h_set_protocol_features(Message&, Reply&);
+  bool h_set_owner(Message&, Reply&);
+  bool h_reset_owner(Message&, Reply&);
+  bool h_set_mem_table(Message&, Reply&);
+  bool h_set_vring_num(Message&, Reply&);
+  bool h_set_vring_addr(Message&, Reply&);
+  bool h_set_vring_base(Message&, Reply&);
+  bool h_get_vring_base(Message&, Reply&);
+  bool h_set_vring_fd(Message&, Reply&);
+  bool h_get_queue_num(Message&, Reply&);
+  bool h_set_vring_enable(Message&, Reply&);
+  bool h_send_rarp(Message&, Reply&);
+  bool h_net_set_mtu(Message&, Reply&);
+
+  /// Outcome of a handler: an optional payload to send back.
+  struct Reply {
+    bool has_payload = false;
+    uint8_t payload[16];
+    uint32_t size = 0;
+    std::string error;  ///< why the handler failed
+    void set_u64(uint64_t v) {
+      has_payload = true;
+      size = 8;
+      __builtin_memcpy(payload, &v, 8);
+    }
+    void set_state(VringState s) {
+      has_payload = true;
+      size = 8;
+      __builtin_memcpy(payload, &s, 8);
+    }
+  };
+
+ private:
+  bool dispatch(Message& m, std::string* why);
+  /// Index of a vring from a u32 field; false if >= kNumVrings (all 32 bits checked).
+  bool vring_index(uint64_t raw, uint32_t* out, Reply& r) const;
+  /// Recomputes every vring's readiness and re-binds DeviceQueues (datapath paused).
+  void refresh();
+  void reset_device();
+
+  DeviceHost* host_;
+  BackendOptions opts_;
+  Channel chan_;
+  uint64_t features_ = 0;
+  bool features_set_ = false;
+  uint64_t proto_features_ = 0;
+  std::unique_ptr<virtio::GuestMemory> mem_;
+  Vring vrings_[kNumVrings];
+  uint32_t mtu_ = 0;
+  uint8_t rarp_mac_[6] = {};
+  bool rarp_mac_set_ = false;
+  uint64_t messages_ = 0;
+};
+
+}  // namespace vl::vhost

@@ -1,0 +1,280 @@
+#pragma once
+// The device side of a split virtqueue (virtio 1.2 §2.7): what a back-end does with the
+// rings a driver (guest or container) owns.
+//
+// Security model. The driver writes the descriptor table and the avail ring at any time,
+// concurrently with us, and may be hostile. Therefore:
+//  - every shared field is read once into a local (descriptors as a 16-byte copy, indices
+//    with single atomic loads) and a compiler barrier keeps later code on the local;
+//  - a head or next index >= queue size, a chain longer than the queue size (cycles), a
+//    nested or malformed indirect table, a buffer of the wrong direction, or an address
+//    that does not translate drop that chain (PopStatus::kBadChain);
+//  - an avail index more than the queue size ahead of ours marks the ring broken: the
+//    queue stops until the front-end sets it up again (hostile-inputs.md items 10-14);
+//  - all memory access goes through GuestMemory, which never returns a range that leaves a
+//    mapping.
+// The only state we write into guest memory is the used ring (and avail_event / used
+// flags), whose addresses were checked when the ring was set up.
+#include <sys/eventfd.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "virtio/guest_memory.h"
+#include "virtio/virtio_defs.h"
+
+namespace vl::virtio {
+
+inline void compiler_barrier() { asm volatile("" ::: "memory"); }
+
+/// A piece of a buffer in our address space.
+struct Segment {
+  uint8_t* ptr;
+  uint32_t len;  ///< bytes
+};
+
+/// Segment storage for one burst: chains' segments are appended here, never allocated.
+struct SegmentArena {
+  /// Segments one chain may use (descriptors split at region edges count once per piece).
+  /// A longer chain is dropped as too big.
+  static constexpr uint32_t kMaxChainSegments = 4096;
+  static constexpr uint32_t kCapacity = 2 * kMaxChainSegments;
+  Segment segs[kCapacity];
+  uint32_t used = 0;
+  bool has_room_for_chain() const { return kCapacity - used >= kMaxChainSegments; }
+  void clear() { used = 0; }
+};
+
+/// One popped descriptor chain.
+struct Chain {
+  uint16_t head;       ///< descriptor index to return in the used ring
+  uint32_t seg_begin;  ///< first segment in the arena
+  uint32_t nsegs;      ///< number of segments
+  uint32_t len;        ///< total bytes of its buffers
+};
+
+enum class PopStatus : uint8_t {
+  kOk,        ///< `*chain` is valid
+  kEmpty,     ///< no new avail entry
+  kBadChain,  ///< malformed chain consumed; its head (if valid) was returned with len 0
+  kTooBig,    ///< more than kMaxChainSegments segments; consumed and returned with len 0
+  kBroken,    ///< the avail index is not plausible: the queue is now stopped
+};
+
+/// Device-side state of one split virtqueue. Configured by the control thread while the
+/// datapath is paused; used by one PMD thread at a time.
+class DeviceQueue {
+ public:
+  /// Binds the queue to translated ring memory. `num` must be a power of two in
+  /// [1, kMaxQueueSize]; `desc`, `avail`, `used` must be our pointers to whole rings
+  /// (checked by the caller with GuestMemory). `base` is the next avail index to process
+  /// (SET_VRING_BASE); the used index is taken from the ring as the driver left it.
+  void attach(const GuestMemory* mem, uint32_t num, VringDesc* desc, VringAvail* avail,
+              VringUsed* used, uint16_t base, uint64_t features) {
+    mem_ = mem;
+    num_ = num;
+    mask_ = num - 1;
+    desc_ = desc;
+    avail_ = avail;
+    used_ = used;
+    last_avail_ = base;
+    last_used_ = __atomic_load_n(&used->idx, __ATOMIC_ACQUIRE);
+    published_used_ = last_used_;
+    event_idx_ = has(features, kRingFEventIdx);
+    indirect_ = has(features, kRingFIndirectDesc);
+    broken_ = false;
+  }
+  void detach() {
+    mem_ = nullptr;
+    desc_ = nullptr;
+    avail_ = nullptr;
+    used_ = nullptr;
+  }
+  bool attached() const { return used_ != nullptr; }
+  bool broken() const { return broken_; }
+  /// Stops the queue for good (until attach() again): the driver broke the ring.
+  void mark_broken() { broken_ = true; }
+  uint32_t size() const { return num_; }
+  uint16_t last_avail() const { return last_avail_; }
+  uint16_t last_used() const { return last_used_; }
+  void set_call_fd(int fd) { call_fd_ = fd; }
+  int call_fd() const { return call_fd_; }
+
+  /// New avail entries not yet popped, or -1 after marking the ring broken when the
+  /// driver's index is more than the queue size ahead (hostile-inputs.md item 11).
+  int pending() {
+    const uint16_t avail_idx = __atomic_load_n(&avail_->idx, __ATOMIC_ACQUIRE);
+    const uint16_t n = static_cast<uint16_t>(avail_idx - last_avail_);
+    if (n > num_) [[unlikely]] {
+      broken_ = true;
+      return -1;
+    }
+    return n;
+  }
+
+  /// Pops the next chain into `arena`. kDeviceWrites: true for a receive queue (buffers
+  /// the device fills), false for a transmit queue (buffers the device reads). Callers
+  /// check pending() first and only pop that many entries.
+  template <bool kDeviceWrites>
+  PopStatus pop(SegmentArena& arena, Chain* chain);
+
+  /// Un-pops the last `n` chains and un-writes the last `n` unpublished used entries
+  /// (a receive chain set aside when a packet did not fit).
+  void rewind(uint16_t avail_n, uint16_t used_n) {
+    last_avail_ = static_cast<uint16_t>(last_avail_ - avail_n);
+    last_used_ = static_cast<uint16_t>(last_used_ - used_n);
+  }
+
+  /// Writes one used element (not yet visible to the driver).
+  void push_used(uint16_t head, uint32_t len) {
+    VringUsedElem* e = &used_->ring[last_used_ & mask_];
+    e->id = head;
+    e->len = len;
+    ++last_used_;
+  }
+
+  /// Makes pushed used elements visible (one index store) and signals the call eventfd
+  /// when the driver asked for it (used_event with EVENT_IDX, else the NO_INTERRUPT flag;
+  /// virtio 1.2 §2.7.10). Returns true if it signalled.
+  bool publish_used() {
+    if (last_used_ == published_used_) return false;
+    const uint16_t old = published_used_;
+    __atomic_store_n(&used_->idx, last_used_, __ATOMIC_RELEASE);
+    published_used_ = last_used_;
+    if (call_fd_ < 0) return false;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);  // our idx store before the driver's event read
+    bool need;
+    if (event_idx_) {
+      const uint16_t used_event = __atomic_load_n(&avail_->ring[num_], __ATOMIC_RELAXED);
+      need = need_event(used_event, last_used_, old);
+    } else {
+      need = !(__atomic_load_n(&avail_->flags, __ATOMIC_RELAXED) & kAvailFNoInterrupt);
+    }
+    if (need) signal();
+    return need;
+  }
+
+  /// Asks the driver to kick (true) or not to (false) when it adds buffers
+  /// (virtio 1.2 §2.7.10: avail_event with EVENT_IDX, else VRING_USED_F_NO_NOTIFY).
+  /// After enabling, callers must check pending() again before sleeping.
+  void set_kicks(bool enabled) {
+    if (event_idx_) {
+      uint16_t* avail_event = reinterpret_cast<uint16_t*>(&used_->ring[num_]);
+      __atomic_store_n(avail_event, static_cast<uint16_t>(enabled ? last_avail_ : last_avail_ - 1),
+                       __ATOMIC_RELAXED);
+    } else {
+      __atomic_store_n(&used_->flags, static_cast<uint16_t>(enabled ? 0 : kUsedFNoNotify),
+                       __ATOMIC_RELAXED);
+    }
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  }
+
+  void signal() {
+    if (call_fd_ >= 0) eventfd_write(call_fd_, 1);
+  }
+
+ private:
+  /// Appends the buffer [addr, addr+len) to the arena, split at region edges.
+  bool add_buffer(SegmentArena& arena, uint32_t* nsegs, uint64_t addr, uint32_t len) {
+    if (len == 0) {  // item 8: the address must translate even for an empty buffer
+      uint64_t contig;
+      return mem_->translate(addr, 0, &contig) != nullptr;
+    }
+    uint64_t left = len;
+    do {
+      uint64_t contig = 0;
+      uint8_t* p = mem_->translate(addr, left, &contig);
+      if (!p) return false;
+      if (*nsegs >= SegmentArena::kMaxChainSegments) return false;
+      arena.segs[arena.used + *nsegs] = Segment{p, static_cast<uint32_t>(contig)};
+      ++*nsegs;
+      addr += contig;
+      left -= contig;
+    } while (left != 0);
+    return true;
+  }
+
+  /// Drops the chain at `head`: returns it to the driver with len 0 when the head is valid.
+  PopStatus drop_chain(uint16_t head, PopStatus why) {
+    if (head < num_) push_used(head, 0);
+    return why;
+  }
+
+  const GuestMemory* mem_ = nullptr;
+  VringDesc* desc_ = nullptr;
+  VringAvail* avail_ = nullptr;
+  VringUsed* used_ = nullptr;
+  uint32_t num_ = 0;
+  uint32_t mask_ = 0;
+  uint16_t last_avail_ = 0;
+  uint16_t last_used_ = 0;
+  uint16_t published_used_ = 0;
+  bool event_idx_ = false;
+  bool indirect_ = false;
+  bool broken_ = false;
+  int call_fd_ = -1;
+};
+
+template <bool kDeviceWrites>
+PopStatus DeviceQueue::pop(SegmentArena& arena, Chain* chain) {
+  const uint16_t slot = last_avail_ & mask_;
+  const uint16_t head = __atomic_load_n(&avail_->ring[slot], __ATOMIC_RELAXED);
+  ++last_avail_;
+  if (head >= num_) [[unlikely]] return PopStatus::kBadChain;  // hostile-inputs.md item 14
+
+  const VringDesc* table = desc_;
+  uint32_t table_size = num_;
+  uint32_t idx = head;
+  uint32_t ttl = num_;  // a chain never has more descriptors than the queue size (item 10)
+  bool in_indirect = false;
+  uint32_t nsegs = 0;
+  uint64_t total = 0;
+  bool too_big = false;
+
+  for (;;) {
+    VringDesc d;
+    std::memcpy(&d, &table[idx], sizeof d);
+    compiler_barrier();  // item 13: only the local copy is used from here on
+    if (d.flags & kDescFIndirect) {
+      // virtio 1.2 §2.7.5.3: one indirect table per chain, not nested, length a multiple of 16
+      // and at most a queue's worth of descriptors (item 12).
+      if (in_indirect || !indirect_ || d.len == 0 || (d.len % sizeof(VringDesc)) != 0 ||
+          d.len / sizeof(VringDesc) > num_) [[unlikely]]
+        return drop_chain(head, PopStatus::kBadChain);
+      const auto* t = reinterpret_cast<const VringDesc*>(mem_->translate_whole(d.addr, d.len));
+      if (!t) [[unlikely]]
+        return drop_chain(head, PopStatus::kBadChain);
+      table = t;
+      table_size = d.len / sizeof(VringDesc);
+      ttl = table_size;
+      idx = 0;
+      in_indirect = true;
+      continue;
+    }
+    if (static_cast<bool>(d.flags & kDescFWrite) != kDeviceWrites) [[unlikely]]
+      return drop_chain(head, PopStatus::kBadChain);
+    if (!too_big) {
+      if (!add_buffer(arena, &nsegs, d.addr, d.len)) [[unlikely]] {
+        if (nsegs < SegmentArena::kMaxChainSegments) return drop_chain(head, PopStatus::kBadChain);
+        too_big = true;  // keep walking to validate the chain, stop collecting
+      }
+    } else {
+      uint64_t contig;
+      if (!mem_->translate(d.addr, d.len, &contig)) return drop_chain(head, PopStatus::kBadChain);
+    }
+    total += d.len;
+    if (!(d.flags & kDescFNext)) break;
+    if (--ttl == 0 || d.next >= table_size) [[unlikely]]
+      return drop_chain(head, PopStatus::kBadChain);
+    idx = d.next;
+  }
+  if (too_big || total > 0xffffffffull) return drop_chain(head, PopStatus::kTooBig);
+  chain->head = head;
+  chain->seg_begin = arena.used;
+  chain->nsegs = nsegs;
+  chain->len = static_cast<uint32_t>(total);
+  arena.used += nsegs;
+  return PopStatus::kOk;
+}
+
+}  // namespace vl::virtio

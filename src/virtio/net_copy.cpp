@@ -1,0 +1,169 @@
+#include "virtio/net_copy.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace vl::virtio {
+
+void gather_copy(uint8_t* dst, const Segment* src, uint32_t nsrc, uint32_t skip, uint32_t len) {
+  for (uint32_t i = 0; i < nsrc && len; ++i) {
+    if (skip >= src[i].len) {
+      skip -= src[i].len;
+      continue;
+    }
+    const uint32_t n = std::min(src[i].len - skip, len);
+    std::memcpy(dst, src[i].ptr + skip, n);
+    dst += n;
+    len -= n;
+    skip = 0;
+  }
+}
+
+bool split_tx_chain(SegmentArena& arena, const Chain& chain, uint32_t hdr_len, TxFrame* out) {
+  if (chain.len < hdr_len + kEthHdrLen) return false;
+  Segment* s = &arena.segs[chain.seg_begin];
+  out->hdr = NetHdr{};
+  if (s[0].len >= hdr_len) [[likely]] {
+    std::memcpy(&out->hdr, s[0].ptr, hdr_len);
+  } else {
+    gather_copy(reinterpret_cast<uint8_t*>(&out->hdr), s, chain.nsegs, 0, hdr_len);
+  }
+  compiler_barrier();
+  // Trim the header off the front of the segment list.
+  uint32_t i = 0;
+  uint32_t skip = hdr_len;
+  while (skip >= s[i].len) {  // terminates: chain.len > hdr_len
+    skip -= s[i].len;
+    ++i;
+  }
+  s[i].ptr += skip;
+  s[i].len -= skip;
+  out->seg_begin = chain.seg_begin + i;
+  out->nsegs = chain.nsegs - i;
+  out->len = chain.len - hdr_len;
+  return true;
+}
+
+namespace {
+
+/// A cursor over a scatter list that is read in order.
+struct Reader {
+  const Segment* s;
+  uint32_t n;
+  uint32_t i = 0;
+  uint32_t off = 0;
+  /// Copies up to `cap` bytes into `dst`; returns the bytes copied.
+  uint32_t read(uint8_t* dst, uint32_t cap) {
+    uint32_t done = 0;
+    while (done < cap && i < n) {
+      const uint32_t k = std::min(s[i].len - off, cap - done);
+      std::memcpy(dst + done, s[i].ptr + off, k);
+      done += k;
+      off += k;
+      if (off == s[i].len) {
+        ++i;
+        off = 0;
+      }
+    }
+    return done;
+  }
+};
+
+/// Fills one receive chain's segments from the header then the frame. Returns bytes written.
+uint32_t fill_chain(const Segment* dst, uint32_t ndst, const uint8_t* hdr, uint32_t* hdr_left,
+                    Reader& frame, uint32_t* frame_left) {
+  uint32_t written = 0;
+  for (uint32_t i = 0; i < ndst && (*hdr_left || *frame_left); ++i) {
+    uint8_t* p = dst[i].ptr;
+    uint32_t room = dst[i].len;
+    if (*hdr_left) {
+      const uint32_t k = std::min(room, *hdr_left);
+      std::memcpy(p, hdr, k);  // hdr already points at the first unwritten header byte
+      hdr += k;
+      *hdr_left -= k;
+      p += k;
+      room -= k;
+      written += k;
+    }
+    if (room && *frame_left) {
+      const uint32_t k = frame.read(p, std::min(room, *frame_left));
+      *frame_left -= k;
+      written += k;
+    }
+  }
+  return written;
+}
+
+/// Writes `v` at byte offset `off` of a scatter list (the num_buffers field).
+void write_u16_at(const Segment* dst, uint32_t ndst, uint32_t off, uint16_t v) {
+  uint8_t b[2];
+  std::memcpy(b, &v, 2);
+  for (uint32_t i = 0, k = 0; i < ndst && k < 2; ++i) {
+    while (k < 2 && off < dst[i].len) dst[i].ptr[off++] = b[k++];
+    off = off >= dst[i].len ? off - dst[i].len : off;
+  }
+}
+
+}  // namespace
+
+DeliverStatus deliver_frame(DeviceQueue& q, SegmentArena& scratch, NetHdr hdr, uint32_t hdr_len,
+                            const Segment* src, uint32_t nsrc, uint32_t frame_len,
+                            bool mergeable) {
+  scratch.clear();
+  const uint64_t total = uint64_t{hdr_len} + frame_len;
+  const int pending = q.pending();
+  if (pending <= 0) return pending < 0 ? DeliverStatus::kBadRing : DeliverStatus::kNoBuffer;
+
+  Chain first;
+  PopStatus st = q.pop<true>(scratch, &first);
+  if (st != PopStatus::kOk) [[unlikely]] {
+    // A malformed receive chain (or one too fragmented to use) is a driver bug or an attack:
+    // stop this queue rather than guess which buffers are usable.
+    q.mark_broken();
+    return DeliverStatus::kBadRing;
+  }
+  Reader frame{src, nsrc};
+  uint32_t frame_left = frame_len;
+  if (first.len >= total || !mergeable) {
+    if (first.len < total) {
+      q.rewind(1, 0);
+      return DeliverStatus::kTooBig;
+    }
+    hdr.num_buffers = 1;
+    uint32_t hdr_left = hdr_len;
+    const uint32_t w = fill_chain(&scratch.segs[first.seg_begin], first.nsegs,
+                                  reinterpret_cast<const uint8_t*>(&hdr), &hdr_left, frame,
+                                  &frame_left);
+    q.push_used(first.head, w);
+    return DeliverStatus::kOk;
+  }
+
+  // Mergeable receive buffers: spread the frame over as many chains as it takes.
+  uint32_t hdr_left = hdr_len;
+  const uint8_t* hdr_bytes = reinterpret_cast<const uint8_t*>(&hdr);
+  uint16_t nbufs = 0;
+  Chain c = first;
+  for (;;) {
+    const uint32_t before_hdr = hdr_left;
+    const uint32_t w = fill_chain(&scratch.segs[c.seg_begin], c.nsegs,
+                                  hdr_bytes + (hdr_len - before_hdr), &hdr_left, frame,
+                                  &frame_left);
+    q.push_used(c.head, w);
+    ++nbufs;
+    if (!hdr_left && !frame_left) break;
+    if (q.pending() <= 0) {
+      q.rewind(nbufs, nbufs);
+      return DeliverStatus::kNoBuffer;
+    }
+    if (!scratch.has_room_for_chain()) scratch.used = first.seg_begin + first.nsegs;
+    st = q.pop<true>(scratch, &c);
+    if (st != PopStatus::kOk) [[unlikely]] {
+      q.mark_broken();
+      return DeliverStatus::kBadRing;
+    }
+  }
+  if (hdr_len >= 12) write_u16_at(&scratch.segs[first.seg_begin], first.nsegs, 10, nbufs);
+  return DeliverStatus::kOk;
+}
+
+}  // namespace vl::virtio
