@@ -12,7 +12,7 @@ PKGS=(
   # sanitizer and fuzzing runtime for clang
   libclang-rt-14-dev
   # real peers and guests for interop tests and benchmarks
-  dpdk qemu-system-x86 busybox-static cpio kmod iperf3 iputils-ping iproute2 procps psmisc
+  dpdk dpdk-dev qemu-system-x86 busybox-static cpio kmod iperf3 iputils-ping iproute2 procps psmisc
   # reports
   gnuplot-nox python3
 )
