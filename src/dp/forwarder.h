@@ -31,6 +31,8 @@ struct SwitchTables {
   Fdb* fdb = nullptr;
   std::atomic<uint32_t> now_s{0};  ///< coarse clock for MAC learning (seconds)
   uint32_t burst = 32;
+  /// Bumped by the control thread whenever a port's datapath view changes.
+  std::atomic<uint64_t> ports_gen{0};
   static constexpr uint32_t kNoPeer = 0xffffffff;
 };
 

@@ -110,22 +110,28 @@ void PmdThread::run() {
   spdlog::info("pmd {}: {} mode on cpu {}, {} port(s)", index_, pmd_mode_name(opts_.mode),
                cpu_ >= 0 ? std::to_string(cpu_) : std::string("any"), ports_.size());
   uint64_t idle_since = 0;
-  bool kicks_on = false;
+  bool kicks_on = true;  // a ring starts with kicks enabled (used flags 0, avail_event 0)
+  uint64_t seen_gen = 0;
   while (!stop_.load(std::memory_order_relaxed)) {
     passes_.fetch_add(1, std::memory_order_seq_cst);  // quiescent point: no port in use here
+    const uint64_t gen = t_->ports_gen.load(std::memory_order_relaxed);
+    if (gen != seen_gen) {  // a port (re)started: its ring asks for kicks again
+      seen_gen = gen;
+      kicks_on = true;
+    }
     uint32_t got = 0;
     for (uint32_t p : ports_) got += fw_->poll(p);
-    if (got) {
-      busy_passes_.fetch_add(1, std::memory_order_relaxed);
+    if (got || opts_.mode == PmdMode::kPoll) {
+      if (got) busy_passes_.fetch_add(1, std::memory_order_relaxed);
       idle_since = 0;
-      if (kicks_on) {
+      if (kicks_on) {  // while polling, the driver need not kick (saves it a syscall a burst)
         for (uint32_t p : ports_) {
           port::VhostPort* vp = t_->ports[p];
           if (vp->active() && vp->dp().txq && !vp->dp().txq->broken()) vp->dp().txq->set_kicks(false);
         }
         kicks_on = false;
       }
-      continue;
+      if (got) continue;
     }
     switch (opts_.mode) {
       case PmdMode::kPoll: __builtin_ia32_pause(); break;
@@ -146,7 +152,7 @@ void PmdThread::run() {
   }
 }
 
-PmdSet::PmdSet(SwitchTables* t, const std::vector<int>& cpus, PmdOptions opts) {
+PmdSet::PmdSet(SwitchTables* t, const std::vector<int>& cpus, PmdOptions opts) : tables_(t) {
   if (cpus.empty()) {
     threads_.push_back(std::make_unique<PmdThread>(0, -1, t, opts));
   } else {
@@ -193,6 +199,7 @@ void PmdSet::wait_quiescent() {
 }
 
 void PmdSet::ports_changed() {
+  tables_->ports_gen.fetch_add(1, std::memory_order_relaxed);
   for (auto& t : threads_) t->wake();
 }
 

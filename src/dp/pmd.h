@@ -89,6 +89,7 @@ class PmdSet final : public port::Quiescer {
   void set_kick_fd(uint32_t port, int old_fd, int new_fd) override;
 
  private:
+  SwitchTables* tables_;
   std::vector<std::unique_ptr<PmdThread>> threads_;
   bool running_ = false;
 };

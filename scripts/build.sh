@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds virtlink. Usage: scripts/build.sh [release|asan|all]
+#   release  build/        g++ RelWithDebInfo (the binaries users run; -march=native)
+#   asan     build-asan/   clang++ with AddressSanitizer + UndefinedBehaviorSanitizer
+# ccache is used when present. Both builds are incremental.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-release}
+jobs=$(nproc)
+
+build_release() {
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  ninja -C build -j"$jobs"
+}
+build_asan() {
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
+    -DVIRTLINK_SANITIZE=ON >/dev/null
+  ninja -C build-asan -j"$jobs"
+}
+case "$what" in
+  release) build_release ;;
+  asan) build_asan ;;
+  all) build_release; build_asan ;;
+  *) echo "usage: $0 [release|asan|all]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,512 @@
+"""Shared helpers for virtlink's interop tests (Python 3 standard library only).
+
+The interop tests run the real switch binary against DPDK testpmd peers (virtio-user
+front-ends, from the Debian `dpdk` package) and assert on counters, never on rates.
+
+    with vltest.Testbed(self) as tb:
+        sw = tb.start_switch(ports=["a", "b"], forward="xconnect")
+        rx = tb.start_testpmd("rx", vdevs=[tb.virtio_user("b")], fwd="rxonly")
+        tb.wait_connected(["b"])
+        ...
+        res = tb.stop_testpmd(rx)          # parsed final statistics
+        stats = tb.switch_stats()          # {"a": {...}, "b": {...}} from `ctl stats --json`
+
+Guarantees:
+  * every child process is stopped (SIGINT, then SIGKILL) and every temporary file and
+    DPDK runtime directory we made is removed, also when a test fails or times out;
+  * children get PR_SET_PDEATHSIG=SIGKILL, so they die with the test runner even if it is
+    killed with SIGKILL (e.g. by a ctest TIMEOUT);
+  * every wait has a hard timeout, and the whole test process has a watchdog (SIGALRM);
+  * on exit the switch must have exited with status 0 and its output must hold no
+    sanitizer report ("ERROR: AddressSanitizer", "runtime error:", ...).
+
+Core plan on the 2-core test machine: the switch's PMD thread on CPU 1, testpmd's
+forwarding lcore on CPU 0 (main lcore 1, which idles). Several testpmd processes then share
+CPU 0: that changes rates only, and the tests assert on counters.
+
+Run a test file directly:  python3 tests/interop/test_xxx.py --virtlink build/virtlink [-v]
+Environment: VLTEST_KEEP=1 keeps the temporary directory (logs) for inspection.
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+PMD_DIR = os.environ.get("VLTEST_DPDK_PMDS", "/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0")
+TESTPMD = os.environ.get("VLTEST_TESTPMD", "dpdk-testpmd")
+DPDK_RUNTIME_DIR = "/var/run/dpdk"
+
+# The documented drop reasons (INTERFACES.md): always present, 0 when nothing was dropped.
+DROP_KEYS = ("no_rx_buffer", "bad_descriptor", "bad_header", "too_big", "ring_broken",
+             "no_destination")
+# Drops that mean the switch or a peer broke a ring: never expected with healthy peers.
+CORRUPTION_DROPS = ("bad_descriptor", "bad_header", "ring_broken")
+
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                     "UndefinedBehaviorSanitizer", "AddressSanitizer:DEADLYSIGNAL",
+                     "ThreadSanitizer")
+
+# Set by main() from --virtlink.
+VIRTLINK = None
+# Seconds for the whole test process (the watchdog); main() sets it from --timeout.
+WATCHDOG_S = 120
+
+
+class TestTimeout(Exception):
+    pass
+
+
+def log(msg):
+    sys.stderr.write("[vltest %s] %s\n" % (time.strftime("%H:%M:%S"), msg))
+    sys.stderr.flush()
+
+
+def read_text(path):
+    with open(path, "rb") as f:
+        return f.read().decode("utf-8", "replace")
+
+
+# ---------------------------------------------------------------------------------------
+# Child processes
+
+_PR_SET_PDEATHSIG = 1
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)
+except OSError:  # pragma: no cover
+    _libc = None
+
+
+def _child_setup():
+    # Die with the test runner, whatever kills it.
+    if _libc is not None:
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    # Do not inherit the runner's blocked/ignored signal state.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+class Proc:
+    """A child process whose stdout+stderr go to a log file."""
+
+    def __init__(self, name, argv, logdir, env=None):
+        self.name = name
+        self.argv = argv
+        self.log_path = os.path.join(logdir, name + ".log")
+        self._log = open(self.log_path, "wb")
+        # stdin is a pipe we keep open: testpmd's non-interactive mode exits as soon as
+        # stdin reaches end of file ("Press enter to exit").
+        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=self._log,
+                                  stderr=subprocess.STDOUT, env=env, preexec_fn=_child_setup,
+                                  close_fds=True)
+        self.returncode = None
+        log("started %s (pid %d): %s" % (name, self.p.pid, " ".join(argv)))
+
+    @property
+    def pid(self):
+        return self.p.pid
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def output(self):
+        return read_text(self.log_path)
+
+    def stop(self, sig=signal.SIGINT, timeout=10.0):
+        """Sends `sig`, waits up to `timeout` s, then SIGKILL. Returns the exit status."""
+        if self.p.poll() is None:
+            try:
+                self.p.send_signal(sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self.p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log("%s (pid %d) ignored signal %d for %.0f s: SIGKILL" %
+                    (self.name, self.p.pid, sig, timeout))
+                self.p.kill()
+                self.p.wait(5)
+        self.returncode = self.p.returncode
+        try:
+            if self.p.stdin:
+                self.p.stdin.close()
+        except OSError:
+            pass
+        self._log.close()
+        return self.returncode
+
+
+# ---------------------------------------------------------------------------------------
+# testpmd output parsing
+
+_FWD_HDR = re.compile(r"-+ Forward statistics for port\s+(\d+)\s+-+")
+_NIC_HDR = re.compile(r"#+ NIC statistics for port\s+(\d+)\s+#+")
+_KV = re.compile(r"([A-Za-z][A-Za-z-]*):\s+(\d+)")
+
+
+def parse_testpmd(text):
+    """Parses testpmd's output.
+
+    Returns {"fwd": {port: {"RX-packets": n, "RX-dropped": n, "RX-total": n, "TX-packets": n,
+    "TX-dropped": n, "TX-total": n}}, "nic": {port: {...}}, "done": bool}.
+    "fwd" is the final per-port forward statistics block testpmd prints when it stops
+    forwarding (on SIGINT/SIGTERM); "nic" is the last "NIC statistics" block of each port
+    (printed every --stats-period seconds; it has RX-bytes and TX-bytes).
+    """
+    fwd, nic = {}, {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        m = _FWD_HDR.search(lines[i])
+        target = None
+        if m:
+            target = fwd
+        else:
+            m = _NIC_HDR.search(lines[i])
+            if m:
+                target = nic
+        if target is None:
+            i += 1
+            continue
+        port = int(m.group(1))
+        block = {}
+        i += 1
+        while i < len(lines) and not re.match(r"^\s*[-#+]{10,}\s*$", lines[i]):
+            if _FWD_HDR.search(lines[i]) or _NIC_HDR.search(lines[i]):
+                break
+            for k, v in _KV.findall(lines[i]):
+                block.setdefault(k, int(v))
+            i += 1
+        target[port] = block
+    return {"fwd": fwd, "nic": nic, "done": "Telling cores to stop" in text}
+
+
+# ---------------------------------------------------------------------------------------
+# The test bed
+
+def _wait(cond, timeout, what, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            raise TestTimeout("timed out after %.1f s waiting for %s" % (timeout, what))
+        time.sleep(interval)
+
+
+class Testbed:
+    """One switch plus any number of testpmd peers in a private temporary directory."""
+
+    def __init__(self, test=None, keep=None):
+        self.test = test
+        self.keep = os.environ.get("VLTEST_KEEP") == "1" if keep is None else keep
+        name = test.id().split(".")[-1] if test is not None else "vltest"
+        # /tmp keeps unix socket paths well under 108 bytes.
+        self.dir = tempfile.mkdtemp(prefix="vlt-%s-" % name[:24], dir="/tmp")
+        self.switch = None
+        self.procs = []
+        self.prefixes = []
+        self.ctl_path = os.path.join(self.dir, "ctl")
+        self.port_paths = {}
+        self._n = 0
+
+    # -- context manager: cleanup always runs ------------------------------------------
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close(failed=exc_type is not None)
+        return False
+
+    def close(self, failed=False):
+        problems = []
+        for p in reversed(self.procs):
+            if p is self.switch:
+                continue
+            if p.returncode is None:
+                p.stop(signal.SIGINT, timeout=10)
+        if self.switch is not None and self.switch.returncode is None:
+            rc = self.switch.stop(signal.SIGTERM, timeout=15)
+            if rc != 0:
+                problems.append("switch exited with status %s" % rc)
+        if self.switch is not None:
+            problems += self.sanitizer_findings()
+        for pre in self.prefixes:
+            shutil.rmtree(os.path.join(DPDK_RUNTIME_DIR, pre), ignore_errors=True)
+        if failed or problems:
+            self.dump_logs()
+        if self.keep:
+            log("kept %s" % self.dir)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        if problems and not failed:
+            raise AssertionError("; ".join(problems))
+
+    def dump_logs(self, tail=60):
+        for p in self.procs:
+            try:
+                text = read_text(p.log_path)
+            except OSError:
+                continue
+            lines = text.splitlines()
+            sys.stderr.write("----- %s (last %d of %d lines) -----\n" %
+                             (p.name, min(tail, len(lines)), len(lines)))
+            sys.stderr.write("\n".join(lines[-tail:]) + "\n")
+        sys.stderr.flush()
+
+    def sanitizer_findings(self):
+        text = read_text(self.switch.log_path)
+        return ["switch output has a sanitizer report: %r" % m for m in SANITIZER_MARKERS
+                if m in text]
+
+    # -- the switch ---------------------------------------------------------------------
+    def sock(self, port):
+        return os.path.join(self.dir, port + ".sock")
+
+    def start_switch(self, ports=("a", "b"), forward="xconnect", pmd_cores="1", config=None,
+                     extra=(), log_level="info"):
+        """Starts `virtlink switch` with vhost-user server ports NAME -> DIR/NAME.sock.
+
+        `config`: optional TOML text written to DIR/switch.toml and passed with --config
+        (its [[port]] tables may use tb.sock(NAME) paths; then leave `ports` empty for them).
+        Waits until every socket file and the control socket exist.
+        """
+        assert VIRTLINK, "run through vltest.main() with --virtlink PATH"
+        argv = [VIRTLINK, "--log-level", log_level, "switch"]
+        if config is not None:
+            cfg = os.path.join(self.dir, "switch.toml")
+            with open(cfg, "w") as f:
+                f.write(config)
+            argv += ["--config", cfg]
+            for m in re.finditer(r'path\s*=\s*"([^"]+)"', config):
+                name = os.path.basename(m.group(1)).rsplit(".", 1)[0]
+                self.port_paths[name] = m.group(1)
+        for name in ports:
+            self.port_paths[name] = self.sock(name)
+            argv += ["--port", "%s=vhost-user:%s" % (name, self.sock(name))]
+        if forward:
+            argv += ["--forward", forward]
+        if pmd_cores:
+            argv += ["--pmd-cores", pmd_cores]
+        argv += ["--control", self.ctl_path]
+        argv += list(extra)
+        env = dict(os.environ)
+        # Sanitizer builds: make any finding fatal and visible; harmless otherwise.
+        env.setdefault("ASAN_OPTIONS", "abort_on_error=0:detect_leaks=1")
+        env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
+        self.switch = Proc("switch", argv, self.dir, env=env)
+        self.procs.append(self.switch)
+        paths = list(self.port_paths.values()) + [self.ctl_path]
+
+        def ready():
+            if not self.switch.alive():
+                raise AssertionError("switch exited early with status %s:\n%s" %
+                                     (self.switch.p.returncode, self.switch.output()))
+            return all(os.path.exists(p) for p in paths)
+        _wait(ready, 15, "the switch's sockets %s" % paths)
+        return self.switch
+
+    def ctl(self, *args, json_out=True, timeout=10):
+        argv = [VIRTLINK, "ctl", "--control", self.ctl_path] + list(args)
+        if json_out:
+            argv.append("--json")
+        r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=timeout, stdin=subprocess.DEVNULL)
+        if r.returncode != 0:
+            raise AssertionError("%s failed (%d): %s" % (" ".join(argv), r.returncode,
+                                                         r.stderr.decode(errors="replace")))
+        return json.loads(r.stdout) if json_out else r.stdout.decode()
+
+    def switch_stats(self):
+        """`ctl stats --json` as {port name: port object}."""
+        return {p["name"]: p for p in self.ctl("stats")["ports"]}
+
+    def ports_info(self):
+        return {p["name"]: p for p in self.ctl("ports")}
+
+    def wait_connected(self, names, timeout=20):
+        """Waits until each named port is connected with both vrings ready."""
+        def ok():
+            if not self.switch.alive():
+                raise AssertionError("switch died:\n" + self.switch.output())
+            for p in self.procs:
+                if p is not self.switch and p.p.poll() is not None:
+                    raise AssertionError("%s exited early (%s):\n%s" %
+                                         (p.name, p.p.returncode, p.output()[-4000:]))
+            info = self.ports_info()
+            return all(info[n]["state"] == "connected" and
+                       all(v["ready"] for v in info[n]["vrings"]) for n in names)
+        _wait(ok, timeout, "ports %s connected with ready vrings" % list(names), 0.1)
+
+    def wait_quiet(self, stable_s=0.6, timeout=20, interval=0.2):
+        """Waits until no switch counter changes for `stable_s` seconds; returns the stats."""
+        def key(st):
+            return json.dumps({n: {k: p[k] for k in ("rx_packets", "rx_bytes", "tx_packets",
+                                                      "tx_bytes", "drops")}
+                               for n, p in st.items()}, sort_keys=True)
+        deadline = time.monotonic() + timeout
+        last = self.switch_stats()
+        since = time.monotonic()
+        while True:
+            time.sleep(interval)
+            cur = self.switch_stats()
+            if key(cur) != key(last):
+                last, since = cur, time.monotonic()
+            elif time.monotonic() - since >= stable_s:
+                return cur
+            if time.monotonic() >= deadline:
+                raise TestTimeout("switch counters still changing after %.0f s" % timeout)
+
+    def wait_counter(self, port, field, minimum, timeout=20):
+        """Waits until stats[port][field] >= minimum; returns the stats."""
+        res = {}
+
+        def ok():
+            res["st"] = self.switch_stats()
+            return res["st"][port][field] >= minimum
+        _wait(ok, timeout, "%s.%s >= %d" % (port, field, minimum), 0.1)
+        return res["st"]
+
+    # -- testpmd ------------------------------------------------------------------------
+    def virtio_user(self, port, index=None, **kw):
+        """A --vdev string for a virtio-user front-end on the switch port `port`."""
+        if index is None:
+            index = self._n
+            self._n += 1
+        s = "net_virtio_user%d,path=%s,queues=1" % (index, self.port_paths.get(port,
+                                                                             self.sock(port)))
+        for k, v in kw.items():
+            s += ",%s=%s" % (k, v)
+        return s
+
+    def start_testpmd(self, name, vdevs, fwd, args=(), mem_mb=1024, nb_mbufs=16384,
+                      lcores="0,1", main_lcore=1, stats_period=None, wait_started=True):
+        """Starts testpmd (auto-start, non-interactive) with the given virtio-user vdevs.
+
+        Forwarding runs on the lcore that is not the main lcore (CPU 0 by default).
+        Returns its Proc; stop it with stop_testpmd() to get the parsed statistics.
+        """
+        prefix = "vlt%d%s" % (os.getpid(), name)
+        self.prefixes.append(prefix)
+        argv = [TESTPMD, "-l", lcores, "--main-lcore", str(main_lcore), "--no-huge",
+                "-m", str(mem_mb), "--no-pci", "--file-prefix", prefix,
+                "-d", os.path.join(PMD_DIR, "librte_net_virtio.so"),
+                "-d", os.path.join(PMD_DIR, "librte_mempool_ring.so")]
+        for v in vdevs:
+            argv += ["--vdev", v]
+        argv += ["--", "--no-mlockall", "--total-num-mbufs=%d" % nb_mbufs,
+                 "--forward-mode=%s" % fwd, "-a"]
+        if stats_period:
+            argv += ["--stats-period", str(stats_period)]
+        argv += list(args)
+        env = dict(os.environ)
+        env.pop("ASAN_OPTIONS", None)
+        p = Proc("testpmd-" + name, argv, self.dir, env=env)
+        self.procs.append(p)
+        if wait_started:
+            # testpmd is line-buffered only on a terminal; rely on the switch instead: the
+            # caller waits for the port to connect (wait_connected). Here only check it
+            # did not die during EAL init.
+            time.sleep(0.3)
+            if not p.alive():
+                raise AssertionError("%s exited at start (%s):\n%s" %
+                                     (p.name, p.p.returncode, p.output()[-4000:]))
+        return p
+
+    def stop_testpmd(self, p, timeout=15):
+        """SIGINT -> testpmd stops forwarding, prints its statistics and closes its ports.
+
+        Returns parse_testpmd() of its whole output.
+        """
+        rc = p.stop(signal.SIGINT, timeout=timeout)
+        text = read_text(p.log_path)
+        res = parse_testpmd(text)
+        res["rc"] = rc
+        res["text"] = text
+        if not res["fwd"]:
+            raise AssertionError("%s printed no forward statistics (status %s):\n%s" %
+                                 (p.name, rc, text[-4000:]))
+        return res
+
+
+# ---------------------------------------------------------------------------------------
+# Assertion helpers
+
+def drops_total(stats):
+    return sum(sum(p["drops"].values()) for p in stats.values())
+
+
+def drops_by_reason(stats):
+    out = {}
+    for p in stats.values():
+        for k, v in p["drops"].items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+def assert_drop_keys(test, stats):
+    for name, p in stats.items():
+        for k in DROP_KEYS:
+            test.assertIn(k, p["drops"], "port %s: drop reason %s missing" % (name, k))
+            test.assertIsInstance(p["drops"][k], int)
+        for k in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "state", "features",
+                  "feature_names", "name", "type", "path"):
+            test.assertIn(k, p, "port %s: key %s missing" % (name, k))
+
+
+def assert_no_corruption(test, stats):
+    for name, p in stats.items():
+        for k in CORRUPTION_DROPS:
+            test.assertEqual(p["drops"][k], 0, "port %s: %s drops: %s" % (name, k, p["drops"]))
+
+
+def fmt_stats(stats):
+    rows = []
+    for n, p in stats.items():
+        d = {k: v for k, v in p["drops"].items() if v}
+        rows.append("%s: rx %d pkts/%d B, tx %d pkts/%d B, drops %s" %
+                    (n, p["rx_packets"], p["rx_bytes"], p["tx_packets"], p["tx_bytes"], d or 0))
+    return "; ".join(rows)
+
+
+# ---------------------------------------------------------------------------------------
+# Entry point
+
+def _watchdog(signum, frame):
+    raise TestTimeout("test process watchdog: over %d s" % WATCHDOG_S)
+
+
+def main(default_timeout=90):
+    """unittest.main() with --virtlink PATH (required) and --timeout S (the watchdog).
+
+    Exits 77 (ctest SKIP_RETURN_CODE) when testpmd or the DPDK plugins are missing.
+    """
+    global VIRTLINK, WATCHDOG_S
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--virtlink", required=True)
+    ap.add_argument("--timeout", type=int, default=default_timeout)
+    opts, rest = ap.parse_known_args()
+    VIRTLINK = os.path.abspath(opts.virtlink)
+    WATCHDOG_S = opts.timeout
+    if not os.access(VIRTLINK, os.X_OK):
+        sys.stderr.write("vltest: %s is not an executable\n" % VIRTLINK)
+        sys.exit(2)
+    if shutil.which(TESTPMD) is None or not os.path.exists(
+            os.path.join(PMD_DIR, "librte_net_virtio.so")):
+        sys.stderr.write("vltest: %s or the DPDK plugins in %s are missing: skipped\n" %
+                         (TESTPMD, PMD_DIR))
+        sys.exit(77)
+    # SIGTERM (ctest, the user) unwinds through the Testbed context managers: cleanup runs.
+    signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGALRM, _watchdog)
+    signal.alarm(WATCHDOG_S)
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
