@@ -219,6 +219,8 @@ else
 fi
 
 # ---------------------------------------------------------------- archives
+# Fixed mtimes, owners and order: the same inputs give a byte-identical initramfs.
+find "$STAGE" -exec touch -h -d @0 {} +
 (cd "$STAGE" && find . -mindepth 1 -print0 | LC_ALL=C sort -z |
   cpio --null --create --format=newc --owner=0:0 --reproducible --quiet) |
   gzip -9n >"$OUTDIR/initramfs.cpio.gz.tmp"

@@ -278,6 +278,11 @@ control::Json Switch::pmd_stats() const {
                    {"passes", t->passes()},
                    {"busy_passes", t->busy_passes()},
                    {"sleeps", t->sleeps()},
+                   {"packets", t->packets()},
+                   {"busy_cycles", t->busy_cycles()},
+                   {"cycles_per_packet", t->packets() ? static_cast<double>(t->busy_cycles()) /
+                                                            static_cast<double>(t->packets())
+                                                      : 0.0},
                    {"rxqs", names}});
   }
   return out;

@@ -63,9 +63,11 @@ void print_pmd(const Json& r) {
   for (const auto& t : r) {
     std::string q;
     for (const auto& n : t["rxqs"]) q += (q.empty() ? "" : ",") + n.get<std::string>();
-    fmt::print("pmd {} cpu {} {}: passes {} busy {} sleeps {} rxqs {}\n", t["pmd"].get<int>(),
-               t["cpu"].get<int>(), t["mode"].get<std::string>(), t["passes"].get<uint64_t>(),
-               t["busy_passes"].get<uint64_t>(), t["sleeps"].get<uint64_t>(), q);
+    fmt::print("pmd {} cpu {} {}: passes {} busy {} sleeps {} packets {} cycles/packet {:.0f} rxqs {}\n",
+               t["pmd"].get<int>(), t["cpu"].get<int>(), t["mode"].get<std::string>(),
+               t["passes"].get<uint64_t>(), t["busy_passes"].get<uint64_t>(),
+               t["sleeps"].get<uint64_t>(), t["packets"].get<uint64_t>(),
+               t["cycles_per_packet"].get<double>(), q);
   }
 }
 

@@ -33,12 +33,7 @@ int run_ctl(const CtlArgs& a);
 
 struct BenchArgs {
   std::string name;
-  std::string json_file;
-  bool quick = false;
-  std::string frame_sizes;
-  double trial_s = 0;
-  int runs = 0;
-  std::string results_dir;
+  std::vector<std::string> extra;  ///< the harness's own options, passed through
 };
 void add_bench_command(CLI::App& app, BenchArgs& a);
 int run_bench(const BenchArgs& a);

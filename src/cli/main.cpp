@@ -37,6 +37,9 @@ int main(int argc, char** argv) {
   vl::set_log_level(level.c_str());
   if (app.got_subcommand("switch")) return vl::cli::run_switch(sw);
   if (app.got_subcommand("ctl")) return vl::cli::run_ctl(ctl);
-  if (app.got_subcommand("bench")) return vl::cli::run_bench(bench);
+  if (app.got_subcommand("bench")) {
+    bench.extra = app.get_subcommand("bench")->remaining();
+    return vl::cli::run_bench(bench);
+  }
   return 2;
 }

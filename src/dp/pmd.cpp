@@ -119,10 +119,17 @@ void PmdThread::run() {
       seen_gen = gen;
       kicks_on = true;
     }
+    const uint64_t t0 = __builtin_ia32_rdtsc();
     uint32_t got = 0;
     for (uint32_t p : ports_) got += fw_->poll(p);
+    if (got) {
+      const uint64_t t1 = __builtin_ia32_rdtsc();
+      busy_passes_.store(busy_passes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      busy_cycles_.store(busy_cycles_.load(std::memory_order_relaxed) + (t1 - t0),
+                         std::memory_order_relaxed);
+      packets_.store(packets_.load(std::memory_order_relaxed) + got, std::memory_order_relaxed);
+    }
     if (got || opts_.mode == PmdMode::kPoll) {
-      if (got) busy_passes_.fetch_add(1, std::memory_order_relaxed);
       idle_since = 0;
       if (kicks_on) {  // while polling, the driver need not kick (saves it a syscall a burst)
         for (uint32_t p : ports_) {

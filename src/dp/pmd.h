@@ -54,6 +54,10 @@ class PmdThread {
   /// Busy and idle passes, and sleeps, for pmd-stats.
   uint64_t busy_passes() const { return busy_passes_.load(std::memory_order_relaxed); }
   uint64_t sleeps() const { return sleeps_.load(std::memory_order_relaxed); }
+  /// TSC cycles spent in passes that forwarded something, and the chains they took:
+  /// their ratio is the thread's cycles per packet (like OVS pmd-stats-show).
+  uint64_t busy_cycles() const { return busy_cycles_.load(std::memory_order_relaxed); }
+  uint64_t packets() const { return packets_.load(std::memory_order_relaxed); }
 
  private:
   void run();
@@ -70,7 +74,7 @@ class PmdThread {
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> passes_{0};
   std::atomic<bool> sleeping_{false};
-  std::atomic<uint64_t> busy_passes_{0}, sleeps_{0};
+  std::atomic<uint64_t> busy_passes_{0}, sleeps_{0}, busy_cycles_{0}, packets_{0};
 };
 
 /// All PMD threads of a switch; implements the ports' quiescence contract.

@@ -78,6 +78,7 @@ class DeviceQueue {
     avail_ = avail;
     used_ = used;
     last_avail_ = base;
+    shadow_avail_ = base;
     last_used_ = __atomic_load_n(&used->idx, __ATOMIC_ACQUIRE);
     published_used_ = last_used_;
     event_idx_ = has(features, kRingFEventIdx);
@@ -109,7 +110,15 @@ class DeviceQueue {
       broken_ = true;
       return -1;
     }
+    shadow_avail_ = avail_idx;
     return n;
+  }
+
+  /// True if at least one avail entry is ready. Reads the driver's index (a cache line
+  /// the driver writes) only when the entries seen last time are used up.
+  bool has_avail() {
+    if (shadow_avail_ != last_avail_) return true;
+    return pending() > 0;
   }
 
   /// Pops the next chain into `arena`. kDeviceWrites: true for a receive queue (buffers
@@ -121,6 +130,7 @@ class DeviceQueue {
   /// Un-pops the last `n` chains and un-writes the last `n` unpublished used entries
   /// (a receive chain set aside when a packet did not fit).
   void rewind(uint16_t avail_n, uint16_t used_n) {
+    // shadow_avail_ stays: the rewound entries are still ahead of last_avail_.
     last_avail_ = static_cast<uint16_t>(last_avail_ - avail_n);
     last_used_ = static_cast<uint16_t>(last_used_ - used_n);
   }
@@ -207,6 +217,7 @@ class DeviceQueue {
   uint32_t num_ = 0;
   uint32_t mask_ = 0;
   uint16_t last_avail_ = 0;
+  uint16_t shadow_avail_ = 0;  ///< the driver's avail index as last read
   uint16_t last_used_ = 0;
   uint16_t published_used_ = 0;
   bool event_idx_ = false;

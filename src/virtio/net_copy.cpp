@@ -111,8 +111,7 @@ DeliverStatus deliver_frame(DeviceQueue& q, SegmentArena& scratch, NetHdr hdr, u
                             bool mergeable) {
   scratch.clear();
   const uint64_t total = uint64_t{hdr_len} + frame_len;
-  const int pending = q.pending();
-  if (pending <= 0) return pending < 0 ? DeliverStatus::kBadRing : DeliverStatus::kNoBuffer;
+  if (!q.has_avail()) return q.broken() ? DeliverStatus::kBadRing : DeliverStatus::kNoBuffer;
 
   Chain first;
   PopStatus st = q.pop<true>(scratch, &first);
@@ -151,9 +150,9 @@ DeliverStatus deliver_frame(DeviceQueue& q, SegmentArena& scratch, NetHdr hdr, u
     q.push_used(c.head, w);
     ++nbufs;
     if (!hdr_left && !frame_left) break;
-    if (q.pending() <= 0) {
+    if (!q.has_avail()) {
       q.rewind(nbufs, nbufs);
-      return DeliverStatus::kNoBuffer;
+      return q.broken() ? DeliverStatus::kBadRing : DeliverStatus::kNoBuffer;
     }
     if (!scratch.has_room_for_chain()) scratch.used = first.seg_begin + first.nsegs;
     st = q.pop<true>(scratch, &c);

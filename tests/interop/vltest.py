@@ -218,6 +218,7 @@ class Testbed:
         self.ctl_path = os.path.join(self.dir, "ctl")
         self.port_paths = {}
         self._n = 0
+        self._close_t0 = 0.0
 
     # -- context manager: cleanup always runs ------------------------------------------
     def __enter__(self):
@@ -228,6 +229,17 @@ class Testbed:
         return False
 
     def close(self, failed=False):
+        # Cleanup must not be cut short by the watchdog: pause it (every step below has its
+        # own timeout) and re-arm it with what is left afterwards.
+        left = signal.alarm(0)
+        self._close_t0 = time.monotonic()
+        try:
+            self._close(failed)
+        finally:
+            if left:
+                signal.alarm(max(1, left - int(time.monotonic() - self._close_t0)))
+
+    def _close(self, failed):
         problems = []
         for p in reversed(self.procs):
             if p is self.switch:
@@ -338,8 +350,8 @@ class Testbed:
         def ok():
             if not self.switch.alive():
                 raise AssertionError("switch died:\n" + self.switch.output())
-            for p in self.procs:
-                if p is not self.switch and p.p.poll() is not None:
+            for p in self.procs:  # a peer we did not stop must still be running
+                if p is not self.switch and p.returncode is None and p.p.poll() is not None:
                     raise AssertionError("%s exited early (%s):\n%s" %
                                          (p.name, p.p.returncode, p.output()[-4000:]))
             info = self.ports_info()
@@ -436,6 +448,36 @@ class Testbed:
             raise AssertionError("%s printed no forward statistics (status %s):\n%s" %
                                  (p.name, rc, text[-4000:]))
         return res
+
+
+def one_way(tb, src="a", dst="b", tx_args=("--txpkts=64",), rx_args=(), rx_vdev_kw=None,
+            traffic_s=2.0, min_delivered=1000):
+    """testpmd txonly on port `src` -> switch -> testpmd rxonly on port `dst`.
+
+    Starts the receiver first (so its ring is ready before traffic starts), then the sender;
+    waits until the switch delivered `min_delivered` frames to `dst` (0: until it took that
+    many from `src`), lets traffic run `traffic_s` more seconds, stops the sender, waits
+    until the switch's counters settle, lets the receiver print a final NIC statistics
+    block (--stats-period 1: it has RX-bytes) and stops it.
+    Returns (switch stats after draining, sender result, receiver result, stats after the
+    receiver left).
+    """
+    rx = tb.start_testpmd("rx", [tb.virtio_user(dst, **(rx_vdev_kw or {}))], "rxonly",
+                          args=list(rx_args), stats_period=1)
+    tb.wait_connected([dst])
+    tx = tb.start_testpmd("tx", [tb.virtio_user(src)], "txonly", args=list(tx_args))
+    tb.wait_connected([src])
+    if min_delivered:
+        tb.wait_counter(dst, "tx_packets", min_delivered, timeout=30)
+    else:
+        tb.wait_counter(src, "rx_packets", 1000, timeout=30)
+    time.sleep(traffic_s)
+    txres = tb.stop_testpmd(tx)
+    st = tb.wait_quiet()
+    time.sleep(2.2)  # > --stats-period: the receiver prints its settled counters once more
+    rxres = tb.stop_testpmd(rx)
+    after = tb.switch_stats()
+    return st, txres, rxres, after
 
 
 # ---------------------------------------------------------------------------------------

@@ -23,15 +23,42 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <ostream>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "virtio/device_queue.h"
 #include "virtio/guest_memory.h"
+#include "virtio/net_copy.h"
 #include "virtio/virtio_defs.h"
 
-namespace vl::testing {
+// gtest printers for the status enums (found by ADL).
+namespace vl::virtio {
+inline const char* status_name(PopStatus s) {
+  switch (s) {
+    case PopStatus::kOk: return "kOk";
+    case PopStatus::kEmpty: return "kEmpty";
+    case PopStatus::kBadChain: return "kBadChain";
+    case PopStatus::kTooBig: return "kTooBig";
+    case PopStatus::kBroken: return "kBroken";
+  }
+  return "?";
+}
+inline const char* status_name(DeliverStatus s) {
+  switch (s) {
+    case DeliverStatus::kOk: return "kOk";
+    case DeliverStatus::kNoBuffer: return "kNoBuffer";
+    case DeliverStatus::kTooBig: return "kTooBig";
+    case DeliverStatus::kBadRing: return "kBadRing";
+  }
+  return "?";
+}
+inline void PrintTo(PopStatus s, std::ostream* os) { *os << status_name(s); }
+inline void PrintTo(DeliverStatus s, std::ostream* os) { *os << status_name(s); }
+}  // namespace vl::virtio
+
+namespace vl::test {
 
 /// Where a region's front-end virtual address lies by default: gpa + this.
 inline constexpr uint64_t kUvaBias = 0x7f0000000000ull;
@@ -86,6 +113,18 @@ class FakeMemory {
     r.base_len = len;
     regions_.push_back(r);
     return r.host;
+  }
+
+  /// Adds a region over memory the caller owns (e.g. a large MAP_NORESERVE mapping).
+  uint8_t* add_external_region(uint64_t gpa, uint64_t size, uint8_t* host,
+                               std::optional<uint64_t> uva = {}) {
+    Region r;
+    r.gpa = gpa;
+    r.size = size;
+    r.uva = uva.value_or(gpa + kUvaBias);
+    r.host = host;
+    regions_.push_back(r);  // base stays nullptr: nothing to free
+    return host;
   }
 
   /// Adds a zeroed region backed by a memfd of mmap_offset + size bytes, mapped here
@@ -446,4 +485,4 @@ inline std::vector<uint8_t> gather(const virtio::SegmentArena& arena, uint32_t b
   return out;
 }
 
-}  // namespace vl::testing
+}  // namespace vl::test
