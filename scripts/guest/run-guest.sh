@@ -46,12 +46,18 @@ REPO_ROOT=$(cd "$SCRIPT_DIR/../.." && pwd)
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; exit "${1:-0}"; }
 die() { echo "run-guest: error: $*" >&2; exit 2; }
+# QEMU option values separate keys with commas; a comma inside a value is written twice.
+qesc() { printf '%s' "${1//,/,,}"; }
 
 NAME=vl0 SOCK='' SERVER=0 MAC='' IP='' MTU='' CMD='' KEEP=0 IPERF=0 MEM=256M SMP=1
 SERIAL_LOG='' SERIAL_SOCK='' PIDFILE='' EXTRA_NET='' NET=vhost ACCEL=auto APPEND='' DRY=0 BOOT='' LINKWAIT=''
 IMAGE_DIR=${VL_GUEST_DIR:-$REPO_ROOT/build/guest}
 
 while (($#)); do
+  case $1 in
+    --server|--keep|--iperf|--no-net|--user-net|--dry-run|-h|--help) ;;
+    --*) (($# >= 2)) || die "$1 needs a value" ;;
+  esac
   case $1 in
     --name) NAME=$2; shift 2 ;;
     --sock) SOCK=$2; shift 2 ;;
@@ -158,9 +164,9 @@ DEV="virtio-net-pci,netdev=net0,mac=$MAC,romfile="
 case $NET in
   vhost)
     if ((SERVER)); then
-      QEMU+=(-chardev "socket,id=chr0,path=$SOCK,server=on,wait=off")
+      QEMU+=(-chardev "socket,id=chr0,path=$(qesc "$SOCK"),server=on,wait=off")
     else
-      QEMU+=(-chardev "socket,id=chr0,path=$SOCK,reconnect=1")
+      QEMU+=(-chardev "socket,id=chr0,path=$(qesc "$SOCK"),reconnect=1")
     fi
     # vectors=0: QEMU 7.2 under TCG crashes in msix_set_vector_notifiers with MSI-X on a
     # vhost-user virtio-net device; legacy INTx avoids it.
@@ -176,10 +182,10 @@ case $NET in
 esac
 
 if [[ -n $SERIAL_SOCK ]]; then
-  QEMU+=(-chardev "socket,id=ser0,path=$SERIAL_SOCK,server=on,wait=off${SERIAL_LOG:+,logfile=$SERIAL_LOG}"
+  QEMU+=(-chardev "socket,id=ser0,path=$(qesc "$SERIAL_SOCK"),server=on,wait=off${SERIAL_LOG:+,logfile=$(qesc "$SERIAL_LOG")}"
          -serial chardev:ser0 -monitor none)
 elif [[ -n $SERIAL_LOG ]]; then
-  QEMU+=(-chardev "file,id=ser0,path=$SERIAL_LOG" -serial chardev:ser0 -monitor none)
+  QEMU+=(-chardev "file,id=ser0,path=$(qesc "$SERIAL_LOG")" -serial chardev:ser0 -monitor none)
 fi
 [[ -z $PIDFILE ]] || QEMU+=(-pidfile "$PIDFILE")
 
