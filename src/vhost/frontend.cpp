@@ -1,0 +1,187 @@
+#include "vhost/frontend.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace vl::vhost {
+
+using namespace vl::virtio;
+
+uint64_t FrontendOptions::default_features() {
+  return bit(kFVersion1) | bit(kNetFMrgRxbuf) | bit(kRingFEventIdx) | bit(kFProtocolFeatures);
+}
+
+namespace {
+bool fill(const std::string& path, sockaddr_un* a, std::string* err) {
+  if (path.empty() || path.size() >= sizeof(a->sun_path)) {
+    *err = fmt::format("socket path '{}' is empty or too long", path);
+    return false;
+  }
+  std::memset(a, 0, sizeof *a);
+  a->sun_family = AF_UNIX;
+  std::memcpy(a->sun_path, path.data(), path.size());
+  return true;
+}
+uint64_t now_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
+}
+}  // namespace
+
+bool Frontend::connect(const FrontendOptions& o, std::string* err) {
+  opts_ = o;
+  sockaddr_un a;
+  if (!fill(o.path, &a, err)) return false;
+  const uint64_t deadline = now_ms() + static_cast<uint64_t>(o.timeout_ms);
+  if (!o.server) {
+    for (;;) {
+      UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      if (::connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+        chan_.reset(std::move(s));
+        return true;
+      }
+      if (now_ms() >= deadline) {
+        *err = fmt::format("cannot connect to {}: {}", o.path, strerror(errno));
+        return false;
+      }
+      usleep(50000);
+    }
+  }
+  unlink(o.path.c_str());
+  UniqueFd l(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (bind(l.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(l.get(), 1) != 0) {
+    *err = fmt::format("cannot listen on {}: {}", o.path, strerror(errno));
+    return false;
+  }
+  pollfd p{l.get(), POLLIN, 0};
+  if (poll(&p, 1, o.timeout_ms) <= 0) {
+    *err = fmt::format("no back-end connected to {} within {} ms", o.path, o.timeout_ms);
+    unlink(o.path.c_str());
+    return false;
+  }
+  UniqueFd c(accept4(l.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  unlink(o.path.c_str());
+  if (!c.valid()) {
+    *err = fmt::format("accept on {}: {}", o.path, strerror(errno));
+    return false;
+  }
+  chan_.reset(std::move(c));
+  return true;
+}
+
+bool Frontend::request(Req req, const void* payload, uint32_t size, const int* fds, uint32_t nfds,
+                       uint64_t* reply, std::string* err) {
+  const bool ack = !reply && (proto_ & bit(kProtoReplyAck));
+  const uint32_t flags = kVersion | (ack ? kFlagNeedReply : 0);
+  if (!chan_.send(static_cast<uint32_t>(req), flags, payload, size, fds, nfds)) {
+    *err = fmt::format("{}: send failed", req_name(static_cast<uint32_t>(req)));
+    return false;
+  }
+  if (!reply && !ack) return true;
+  if (chan_.read_wait(opts_.timeout_ms, err) != ReadStatus::kMessage) {
+    *err = fmt::format("{}: no reply ({})", req_name(static_cast<uint32_t>(req)), *err);
+    return false;
+  }
+  const Message& m = chan_.message();
+  uint64_t v = 0;
+  if (m.hdr.request != static_cast<uint32_t>(req) || !(m.hdr.flags & kFlagReply) || !m.get(&v)) {
+    *err = fmt::format("{}: malformed reply", req_name(static_cast<uint32_t>(req)));
+    return false;
+  }
+  if (reply) {
+    *reply = v;
+  } else if (v != 0) {
+    *err = fmt::format("{}: back-end refused (ack {})", req_name(static_cast<uint32_t>(req)), v);
+    return false;
+  }
+  return true;
+}
+
+bool Frontend::request_state(Req req, VringState s, VringState* out, std::string* err) {
+  if (!chan_.send(static_cast<uint32_t>(req), kVersion, &s, sizeof s)) {
+    *err = "send failed";
+    return false;
+  }
+  if (chan_.read_wait(opts_.timeout_ms, err) != ReadStatus::kMessage) return false;
+  const Message& m = chan_.message();
+  if (m.hdr.request != static_cast<uint32_t>(req) || !m.get(out)) {
+    *err = fmt::format("{}: malformed reply", req_name(static_cast<uint32_t>(req)));
+    return false;
+  }
+  return true;
+}
+
+bool Frontend::start(DriverMemory& mem, DriverQueue& rxq, DriverQueue& txq, std::string* err) {
+  uint64_t offered = 0;
+  if (!request(Req::kGetFeatures, nullptr, 0, nullptr, 0, &offered, err)) return false;
+  proto_ = 0;
+  if (offered & bit(kFProtocolFeatures)) {
+    uint64_t p = 0;
+    if (!request(Req::kGetProtocolFeatures, nullptr, 0, nullptr, 0, &p, err)) return false;
+    const uint64_t want = p & (bit(kProtoReplyAck) | bit(kProtoMq));
+    if (!request(Req::kSetProtocolFeatures, &want, 8, nullptr, 0, nullptr, err)) return false;
+    proto_ = want;
+  }
+  if (!request(Req::kSetOwner, nullptr, 0, nullptr, 0, nullptr, err)) return false;
+  features_ = offered & opts_.features;
+  if (!request(Req::kSetFeatures, &features_, 8, nullptr, 0, nullptr, err)) return false;
+
+  struct {
+    MemTableHeader h;
+    MemRegion r;
+  } table{{1, 0}, {}};
+  const MemRegionDesc d = mem.region();
+  table.r = MemRegion{d.guest_phys_addr, d.memory_size, d.userspace_addr, d.mmap_offset};
+  const int mfd = mem.fd();
+  if (!request(Req::kSetMemTable, &table, sizeof table, &mfd, 1, nullptr, err)) return false;
+
+  DriverQueue* qs[2] = {&rxq, &txq};
+  for (uint32_t i = 0; i < 2; ++i) {
+    DriverQueue& q = *qs[i];
+    VringState num{i, q.size()};
+    VringState base{i, 0};
+    VringAddr addr{i, 0, q.desc_uva(), q.used_uva(), q.avail_uva(), 0};
+    kick_[i].reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    call_[i].reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    q.set_kick_fd(kick_[i].get());
+    q.set_call_fd(call_[i].get());
+    const uint64_t idx = i;
+    const int kfd = kick_[i].get(), cfd = call_[i].get();
+    if (!request(Req::kSetVringNum, &num, sizeof num, nullptr, 0, nullptr, err) ||
+        !request(Req::kSetVringBase, &base, sizeof base, nullptr, 0, nullptr, err) ||
+        !request(Req::kSetVringAddr, &addr, sizeof addr, nullptr, 0, nullptr, err) ||
+        !request(Req::kSetVringCall, &idx, 8, &cfd, 1, nullptr, err) ||
+        !request(Req::kSetVringKick, &idx, 8, &kfd, 1, nullptr, err))
+      return false;
+  }
+  if (features_ & bit(kFProtocolFeatures)) {
+    for (uint32_t i = 0; i < 2; ++i) {
+      VringState en{i, 1};
+      if (!request(Req::kSetVringEnable, &en, sizeof en, nullptr, 0, nullptr, err)) return false;
+    }
+  }
+  return true;
+}
+
+void Frontend::stop() {
+  if (!chan_.open()) return;
+  std::string err;
+  for (uint32_t i = 0; i < 2; ++i) {
+    VringState s{i, 0}, out;
+    request_state(Req::kGetVringBase, s, &out, &err);
+  }
+  chan_.close();
+}
+
+}  // namespace vl::vhost
