@@ -31,6 +31,23 @@ struct CtlArgs {
 void add_ctl_command(CLI::App& app, CtlArgs& a);
 int run_ctl(const CtlArgs& a);
 
+struct GenArgs {
+  std::vector<std::string> ports;
+  double rate_pps = 1e6;
+  double rate_percent = 0;
+  double link_gbps = 10;
+  std::string size = "64";
+  uint32_t flows = 1;
+  double duration_s = 1;
+  bool unidirectional = false;
+  bool no_learn = false;
+  uint32_t queue_size = 256;
+  int cpu = -1;
+  std::string json_file;
+};
+void add_gen_command(CLI::App& app, GenArgs& a);
+int run_gen(const GenArgs& a);
+
 struct BenchArgs {
   std::string name;
   std::vector<std::string> extra;  ///< the harness's own options, passed through
