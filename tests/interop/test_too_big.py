@@ -48,7 +48,8 @@ class TooBig(unittest.TestCase):
                     self.assertEqual(v, 0, "unexpected %s drops: %s" % (k, by))
             # Documented (src/port/port.h): too_big is counted on the egress port.
             self.assertEqual(b["drops"]["too_big"], a["rx_packets"], vltest.fmt_stats(st))
-            self.assertEqual(rxres["fwd"][0]["RX-packets"], 0)
+            self.assertEqual(rxres["nic"][0]["RX-packets"], 0)
+            self.assertEqual(rxres["nic"][0]["RX-errors"], 0)
 
     def test_1518_to_mtu_1000(self):
         self.run_too_big(1518, ["--txpkts=1518"], "mtu = 1000", mtu_a=1500)

@@ -108,6 +108,7 @@ class Proc:
                                   stderr=subprocess.STDOUT, env=env, preexec_fn=_child_setup,
                                   close_fds=True)
         self.returncode = None
+        self.interactive = False  # an interactive testpmd (commands on stdin)
         log("started %s (pid %d): %s" % (name, self.p.pid, " ".join(argv)))
 
     @property
@@ -121,7 +122,17 @@ class Proc:
         return read_text(self.log_path)
 
     def stop(self, sig=signal.SIGINT, timeout=10.0):
-        """Sends `sig`, waits up to `timeout` s, then SIGKILL. Returns the exit status."""
+        """Sends `sig`, waits up to `timeout` s, then SIGKILL. Returns the exit status.
+
+        An interactive testpmd does not exit on SIGINT/SIGTERM: it is sent "quit" first.
+        """
+        if self.p.poll() is None and self.interactive:
+            try:
+                self.p.stdin.write(b"stop\nquit\n")
+                self.p.stdin.close()
+                self.p.wait(timeout)
+            except (OSError, subprocess.TimeoutExpired):
+                log("%s (pid %d) did not quit" % (self.name, self.p.pid))
         if self.p.poll() is None:
             try:
                 self.p.send_signal(sig)
@@ -203,6 +214,31 @@ def _wait(cond, timeout, what, interval=0.05):
         time.sleep(interval)
 
 
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def sweep_stale():
+    """Removes what test runners that were killed outright (SIGKILL) left behind: our
+    temporary directories (/tmp/vlt-PID-*) and DPDK runtime directories (vltPID*) whose
+    runner PID no longer exists. Their child processes died with them (PDEATHSIG)."""
+    for base, pat in (("/tmp", r"vlt-(\d+)-"), (DPDK_RUNTIME_DIR, r"vlt(\d+)[a-z]")):
+        try:
+            names = os.listdir(base)
+        except OSError:
+            continue
+        for n in names:
+            m = re.match(pat, n)
+            if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
+                shutil.rmtree(os.path.join(base, n), ignore_errors=True)
+
+
 class Testbed:
     """One switch plus any number of testpmd peers in a private temporary directory."""
 
@@ -211,7 +247,8 @@ class Testbed:
         self.keep = os.environ.get("VLTEST_KEEP") == "1" if keep is None else keep
         name = test.id().split(".")[-1] if test is not None else "vltest"
         # /tmp keeps unix socket paths well under 108 bytes.
-        self.dir = tempfile.mkdtemp(prefix="vlt-%s-" % name[:24], dir="/tmp")
+        sweep_stale()
+        self.dir = tempfile.mkdtemp(prefix="vlt-%d-%s-" % (os.getpid(), name[:24]), dir="/tmp")
         self.switch = None
         self.procs = []
         self.prefixes = []
@@ -401,10 +438,20 @@ class Testbed:
         return s
 
     def start_testpmd(self, name, vdevs, fwd, args=(), mem_mb=1024, nb_mbufs=16384,
-                      lcores="0,1", main_lcore=1, stats_period=None, wait_started=True):
-        """Starts testpmd (auto-start, non-interactive) with the given virtio-user vdevs.
+                      lcores="0,1", main_lcore=1, tx_first=False, interactive=True,
+                      stats_period=None):
+        """Starts testpmd with the given virtio-user vdevs; forwarding starts at once.
 
         Forwarding runs on the lcore that is not the main lcore (CPU 0 by default).
+        interactive=True (default): testpmd reads commands from our stdin pipe; forwarding
+        is started with -a, or with "start tx_first" when `tx_first` (--tx-first exists
+        only without -i). stop_testpmd() then sends "stop", "show port stats all", "quit",
+        which prints the final forward statistics and the NIC statistics (with RX-bytes)
+        deterministically, after forwarding stopped.
+        interactive=False: -a (and --tx-first); stop_testpmd() sends SIGINT, on which
+        testpmd prints only its forward statistics (the NIC statistics blocks printed every
+        --stats-period seconds are not reliable: under CPU contention whole periods were
+        seen to be skipped).
         Returns its Proc; stop it with stop_testpmd() to get the parsed statistics.
         """
         prefix = "vlt%d%s" % (os.getpid(), name)
@@ -416,30 +463,62 @@ class Testbed:
         for v in vdevs:
             argv += ["--vdev", v]
         argv += ["--", "--no-mlockall", "--total-num-mbufs=%d" % nb_mbufs,
-                 "--forward-mode=%s" % fwd, "-a"]
+                 "--forward-mode=%s" % fwd]
+        if interactive:
+            argv.append("-i")
+            if not tx_first:
+                argv.append("-a")
+        else:
+            argv.append("-a")
+            if tx_first:
+                argv.append("--tx-first")
         if stats_period:
             argv += ["--stats-period", str(stats_period)]
         argv += list(args)
         env = dict(os.environ)
-        env.pop("ASAN_OPTIONS", None)
+        for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LD_PRELOAD"):
+            env.pop(k, None)
         p = Proc("testpmd-" + name, argv, self.dir, env=env)
+        p.interactive = interactive
         self.procs.append(p)
-        if wait_started:
-            # testpmd is line-buffered only on a terminal; rely on the switch instead: the
-            # caller waits for the port to connect (wait_connected). Here only check it
-            # did not die during EAL init.
-            time.sleep(0.3)
-            if not p.alive():
-                raise AssertionError("%s exited at start (%s):\n%s" %
-                                     (p.name, p.p.returncode, p.output()[-4000:]))
+        if interactive and tx_first:
+            # Queued until EAL and port setup are done; the ring is ready by the time
+            # testpmd reads it (it starts the ports before reading commands).
+            self.testpmd_cmd(p, "start tx_first")
+        # stdout goes to a file, so testpmd's progress cannot be followed (it is block
+        # buffered); callers wait for the switch to see the port (wait_connected). Here
+        # only check that EAL init did not fail outright.
+        time.sleep(0.3)
+        if not p.alive():
+            raise AssertionError("%s exited at start (%s):\n%s" %
+                                 (p.name, p.p.returncode, p.output()[-4000:]))
         return p
 
-    def stop_testpmd(self, p, timeout=15):
-        """SIGINT -> testpmd stops forwarding, prints its statistics and closes its ports.
+    def testpmd_cmd(self, p, *cmds):
+        """Writes interactive commands to testpmd's stdin."""
+        try:
+            p.p.stdin.write("".join(c + "\n" for c in cmds).encode())
+            p.p.stdin.flush()
+        except (BrokenPipeError, OSError) as e:
+            raise AssertionError("%s: cannot send %s: %s" % (p.name, cmds, e))
 
-        Returns parse_testpmd() of its whole output.
+    def stop_testpmd(self, p, timeout=15):
+        """Stops testpmd and returns parse_testpmd() of its whole output (plus "rc").
+
+        Interactive: "stop" (prints the forward statistics), "show port stats all" (the
+        NIC statistics, final since nothing polls any more), "quit" (closes the ports,
+        which disconnects them from the switch). Otherwise SIGINT (forward statistics).
+        SIGKILL after `timeout` seconds either way.
         """
-        rc = p.stop(signal.SIGINT, timeout=timeout)
+        interactive = p.interactive
+        if interactive and p.alive():
+            self.testpmd_cmd(p, "stop", "show port stats all", "quit")
+            try:
+                p.p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log("%s did not quit within %.0f s" % (p.name, timeout))
+            p.interactive = False  # "quit" was sent: what is left is signals
+        rc = p.stop(signal.SIGINT, timeout=timeout if not interactive else 3)
         text = read_text(p.log_path)
         res = parse_testpmd(text)
         res["rc"] = rc
@@ -447,34 +526,38 @@ class Testbed:
         if not res["fwd"]:
             raise AssertionError("%s printed no forward statistics (status %s):\n%s" %
                                  (p.name, rc, text[-4000:]))
+        if interactive and not res["nic"]:
+            raise AssertionError("%s printed no NIC statistics (status %s):\n%s" %
+                                 (p.name, rc, text[-4000:]))
         return res
 
 
 def one_way(tb, src="a", dst="b", tx_args=("--txpkts=64",), rx_args=(), rx_vdev_kw=None,
-            traffic_s=2.0, min_delivered=1000):
+            tx_vdev_kw=None, traffic_s=2.0, min_delivered=1000, during=None):
     """testpmd txonly on port `src` -> switch -> testpmd rxonly on port `dst`.
 
     Starts the receiver first (so its ring is ready before traffic starts), then the sender;
-    waits until the switch delivered `min_delivered` frames to `dst` (0: until it took that
-    many from `src`), lets traffic run `traffic_s` more seconds, stops the sender, waits
-    until the switch's counters settle, lets the receiver print a final NIC statistics
-    block (--stats-period 1: it has RX-bytes) and stops it.
+    waits until the switch delivered `min_delivered` frames to `dst` (0: until it took
+    1000 from `src`), lets traffic run `traffic_s` more seconds, stops the sender, waits
+    until the switch's counters settle and stops the receiver.
     Returns (switch stats after draining, sender result, receiver result, stats after the
-    receiver left).
+    receiver left). `during(tb)`, if given, is called while traffic flows.
     """
     rx = tb.start_testpmd("rx", [tb.virtio_user(dst, **(rx_vdev_kw or {}))], "rxonly",
-                          args=list(rx_args), stats_period=1)
+                          args=list(rx_args))
     tb.wait_connected([dst])
-    tx = tb.start_testpmd("tx", [tb.virtio_user(src)], "txonly", args=list(tx_args))
+    tx = tb.start_testpmd("tx", [tb.virtio_user(src, **(tx_vdev_kw or {}))], "txonly",
+                          args=list(tx_args))
     tb.wait_connected([src])
     if min_delivered:
         tb.wait_counter(dst, "tx_packets", min_delivered, timeout=30)
     else:
         tb.wait_counter(src, "rx_packets", 1000, timeout=30)
     time.sleep(traffic_s)
+    if during is not None:
+        during(tb)
     txres = tb.stop_testpmd(tx)
     st = tb.wait_quiet()
-    time.sleep(2.2)  # > --stats-period: the receiver prints its settled counters once more
     rxres = tb.stop_testpmd(rx)
     after = tb.switch_stats()
     return st, txres, rxres, after
@@ -523,6 +606,10 @@ def fmt_stats(stats):
 # ---------------------------------------------------------------------------------------
 # Entry point
 
+def _on_sigterm(signum, frame):
+    raise KeyboardInterrupt("SIGTERM")
+
+
 def _watchdog(signum, frame):
     raise TestTimeout("test process watchdog: over %d s" % WATCHDOG_S)
 
@@ -530,7 +617,8 @@ def _watchdog(signum, frame):
 def main(default_timeout=90):
     """unittest.main() with --virtlink PATH (required) and --timeout S (the watchdog).
 
-    Exits 77 (ctest SKIP_RETURN_CODE) when testpmd or the DPDK plugins are missing.
+    Fails (exit 2) when testpmd or the DPDK plugins are missing: scripts/install-deps.sh
+    installs them, so their absence is an install bug, not a reason to skip.
     """
     global VIRTLINK, WATCHDOG_S
     ap = argparse.ArgumentParser(add_help=False)
@@ -544,11 +632,11 @@ def main(default_timeout=90):
         sys.exit(2)
     if shutil.which(TESTPMD) is None or not os.path.exists(
             os.path.join(PMD_DIR, "librte_net_virtio.so")):
-        sys.stderr.write("vltest: %s or the DPDK plugins in %s are missing: skipped\n" %
+        sys.stderr.write("vltest: %s or the DPDK plugins in %s are missing (run scripts/install-deps.sh)\n" %
                          (TESTPMD, PMD_DIR))
-        sys.exit(77)
+        sys.exit(2)
     # SIGTERM (ctest, the user) unwinds through the Testbed context managers: cleanup runs.
-    signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _on_sigterm)
     signal.signal(signal.SIGALRM, _watchdog)
     signal.alarm(WATCHDOG_S)
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)

@@ -1,0 +1,369 @@
+#!/usr/bin/env python3
+"""Real Linux guests (QEMU with TCG, scripts/guest) on virtlink's vhost-user ports.
+
+Every case asserts on what the guests printed (ping summaries, checksums, their own
+neighbour tables and uptime) and on the switch's counters, FDB, `ctl ports` and /proc,
+never on rates or wall-clock throughput. The one timing bound is the brief's: after a
+switch restart, ping replies resume within 5 s of the new switch's ports being ready.
+
+    python3 tests/interop/test_guests.py --virtlink build/virtlink [-v] [Guests.test_bridge]
+
+Needs qemu-system-x86 and the guest image (scripts/guest/build-guest.sh; the ctest
+fixture guest_image builds it). Core plan: the switch's PMD thread on CPU 1, the QEMU
+processes unpinned (TCG keeps them busy, so they share both CPUs with the PMD).
+"""
+import os
+import signal
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import vltest  # noqa: E402
+import vlguest  # noqa: E402
+from vlguest import fmt_ping, parse_ping  # noqa: E402
+from vltest import log  # noqa: E402
+
+MAC1 = "52:54:00:00:00:01"
+MAC2 = "52:54:00:00:00:02"
+MAC3 = "52:54:00:00:00:03"
+IP1 = "10.0.0.1/24"
+IP2 = "10.0.0.2/24"
+XFER_PORT = 5001
+XFER_KIB = 1024  # 1 MiB
+
+
+def ping(test, src, dst, count=10, interval=0.2, timeout=60):
+    """`ping -c COUNT -i INTERVAL` from guest src to dst; asserts every reply came back."""
+    out = src.run("ping -c %d -i %s -W 2 %s" % (count, interval, dst.addr), timeout=timeout,
+                  check=False)[1]
+    p = parse_ping(out)
+    log("ping %s -> %s: %s" % (src.name, dst.name, fmt_ping(p)))
+    test.assertEqual((p["tx"], p["rx"], p["loss"]), (count, count, 0.0), out)
+    return p
+
+
+def transfer(test, src, dst):
+    """src serves 1 MiB of /dev/urandom with busybox nc (-e cat FILE); dst fetches it.
+    Both print md5sum and size; they must match. Returns the checksum."""
+    hexport = "%04X" % XFER_PORT
+    tx = src.run("dd if=/dev/urandom of=/tmp/tx bs=1024 count=%d 2>/dev/null && "
+                 "md5sum /tmp/tx && wc -c </tmp/tx" % XFER_KIB)
+    # nc -e: after accepting, the socket becomes cat's stdin/stdout; cat's exit closes it.
+    src.run("nc -l -p %d -e cat /tmp/tx >/dev/null 2>&1 &" % XFER_PORT)
+    # Listening (state 0A; busybox nc listens on IPv6 "::", which takes IPv4 too).
+    listening = "grep -q ':%s 0*:0000 0A' /proc/net/tcp /proc/net/tcp6" % hexport
+    src.run("i=0; while [ $i -lt 100 ] && ! %s; do i=$((i+1)); sleep 0.1; done; %s" %
+            (listening, listening))
+    rx = dst.run("nc %s %d </dev/null >/tmp/rx && md5sum /tmp/rx && wc -c </tmp/rx" %
+                 (src.addr, XFER_PORT), timeout=90)
+    src.run("wait")  # the server is done
+    tx_sum, tx_len = tx.split()[0], int(tx.split()[-1])
+    rx_sum, rx_len = rx.split()[0], int(rx.split()[-1])
+    log("transfer %s -> %s: sent %d B md5 %s, received %d B md5 %s" %
+        (src.name, dst.name, tx_len, tx_sum, rx_len, rx_sum))
+    test.assertEqual(tx_len, XFER_KIB * 1024)
+    test.assertEqual((rx_len, rx_sum), (tx_len, tx_sum), "the file arrived changed")
+    return rx_sum
+
+
+def delta(after, before, port, key):
+    return after[port][key] - before[port][key]
+
+
+class Guests(unittest.TestCase):
+
+    # -- helpers ---------------------------------------------------------------------------
+    def boot_pair(self, tb, server=False):
+        g1 = tb.start_guest("g1", "vm1", IP1, mac=MAC1, server=server)
+        g2 = tb.start_guest("g2", "vm2", IP2, mac=MAC2, server=server)
+        vlguest.wait_all_ready([g1, g2])
+        tb.wait_connected(["vm1", "vm2"])
+        for g, mac in ((g1, MAC1), (g2, MAC2)):
+            self.assertEqual(g.ready["mac"], mac)
+            self.assertEqual(g.ready["carrier"], "1", g.ready)
+            self.assertEqual(g.ready["state"], "up", g.ready)
+        return g1, g2
+
+    def two_way_traffic(self, tb, g1, g2, bridge):
+        """Ping both ways (0% loss) and a 1 MiB transfer; checks ARP went through the
+        switch (flooded in bridge mode) and the counters and the FDB."""
+        s0 = tb.wait_quiet()
+        fdb0 = tb.fdb()
+        vltest.assert_drop_keys(self, s0)
+        # The guests send nothing by themselves (IPv6 is off): the switch has not learned
+        # g2, so the first frame towards it (g1's ARP request, a broadcast) can only reach
+        # it by flooding.
+        self.assertNotIn(MAC2, fdb0, fdb0)
+        self.assertEqual(s0["vm2"]["tx_packets"], 0, vltest.fmt_stats(s0))
+
+        p12 = ping(self, g1, g2)
+        s1 = tb.wait_quiet()
+        # g2 answered, so it got g1's ARP request: its neighbour table has g1's MAC,
+        # learned from that broadcast (g2 never had to ask for g1).
+        neigh = g2.run("ip neigh show %s dev eth0" % g1.addr)
+        self.assertIn(MAC1, neigh.lower(), neigh)
+        # vm2 got at least the ARP request and the 10 echo requests; vm1 the ARP reply and
+        # the 10 echo replies.
+        self.assertGreaterEqual(delta(s1, s0, "vm2", "tx_packets"), 11, vltest.fmt_stats(s1))
+        self.assertGreaterEqual(delta(s1, s0, "vm1", "tx_packets"), 11, vltest.fmt_stats(s1))
+        self.assertGreaterEqual(delta(s1, s0, "vm1", "rx_packets"), 11, vltest.fmt_stats(s1))
+        self.assertGreaterEqual(delta(s1, s0, "vm2", "rx_packets"), 11, vltest.fmt_stats(s1))
+        fdb1 = tb.fdb()
+        if bridge:
+            self.assertEqual(fdb1.get(MAC1), "vm1", fdb1)
+            self.assertEqual(fdb1.get(MAC2), "vm2", fdb1)
+        else:
+            self.assertEqual(fdb1, {}, "xconnect must not learn")
+
+        p21 = ping(self, g2, g1)
+        transfer(self, g1, g2)
+        s2 = tb.wait_quiet()
+        log("switch after the transfer: %s" % vltest.fmt_stats(s2))
+        # 1 MiB went vm1 -> vm2 (frame bytes, headers included).
+        self.assertGreater(delta(s2, s1, "vm1", "rx_bytes"), XFER_KIB * 1024)
+        self.assertGreater(delta(s2, s1, "vm2", "tx_bytes"), XFER_KIB * 1024)
+        vltest.assert_no_corruption(self, s2)
+        by = vltest.drops_by_reason(s2)
+        self.assertEqual((by["too_big"], by["no_destination"]), (0, 0), by)
+        return p12, p21, s2
+
+    def stopped_guests_gone(self, tb, guests, ports):
+        """Stops the guests cleanly (SIGINT to QEMU) and waits for their ports to wait."""
+        for g in guests:
+            g.kill(signal.SIGINT)
+        for p in ports:
+            tb.wait_state(p, ("waiting",))
+
+    # -- 1. bridge -------------------------------------------------------------------------
+    def test_bridge(self):
+        with vlguest.GuestTestbed(self) as tb:
+            tb.start_switch(ports=["vm1", "vm2"], forward="bridge")
+            g1, g2 = self.boot_pair(tb)
+            self.two_way_traffic(tb, g1, g2, bridge=True)
+
+    # -- 2. xconnect -----------------------------------------------------------------------
+    def test_xconnect(self):
+        with vlguest.GuestTestbed(self) as tb:
+            tb.start_switch(ports=["vm1", "vm2"], forward="xconnect")
+            g1, g2 = self.boot_pair(tb)
+            self.two_way_traffic(tb, g1, g2, bridge=False)
+
+    # -- 3. QEMU as the vhost-user server --------------------------------------------------
+    def test_qemu_server(self):
+        with vlguest.GuestTestbed(self) as tb:
+            # The switch first: its client ports retry every second until QEMU listens.
+            tb.start_switch(ports=[], client_ports=["vm1", "vm2"], forward="bridge")
+            info = tb.ports_info()
+            self.assertEqual([info[p]["type"] for p in ("vm1", "vm2")],
+                             ["vhost-user-client"] * 2)
+            self.assertEqual([info[p]["state"] for p in ("vm1", "vm2")], ["waiting"] * 2)
+            g1, g2 = self.boot_pair(tb, server=True)
+            info = tb.ports_info()
+            self.assertEqual([info[p]["connects"] for p in ("vm1", "vm2")], [1, 1])
+            ping(self, g1, g2)
+            ping(self, g2, g1)
+            st = tb.wait_quiet()
+            vltest.assert_no_corruption(self, st)
+            fdb = tb.fdb()
+            self.assertEqual((fdb.get(MAC1), fdb.get(MAC2)), ("vm1", "vm2"), fdb)
+
+    # -- 4. switch restart under a running ping --------------------------------------------
+    def test_switch_restart(self):
+        with vlguest.GuestTestbed(self) as tb:
+            tb.start_switch(ports=["vm1", "vm2"], forward="bridge")
+            g1, g2 = self.boot_pair(tb)  # QEMU clients with reconnect=1
+            ping(self, g1, g2, count=3)
+            up0 = g1.uptime()
+            g1.run("echo restart-marker-$$ >/tmp/marker")
+            marker = g1.run("cat /tmp/marker")
+
+            h = g1.start_cmd("ping -i 0.2 -c 400 -W 1 %s" % g2.addr)
+            i0, _, _ = g1.console.wait_line(r"^VLBEGIN-%d$" % h[0], h[1], 10)
+            # Replies are flowing through the first switch.
+            g1.console.wait_line(vlguest.PING_REPLY, i0, 15)
+            n_before = len(g1.console.lines)
+            time.sleep(1.0)
+            t_kill = time.monotonic()
+            tb.stop_switch(signal.SIGTERM)
+            t_down = time.monotonic()
+            log("switch stopped in %.2f s (SIGTERM, status 0)" % (t_down - t_kill))
+            # While it is down the guests see no replies (their link is down).
+            time.sleep(2.0)
+            n_down = len(g1.console.lines)
+            tb.start_switch(ports=["vm1", "vm2"], forward="bridge")
+            t_started = time.monotonic()
+            tb.wait_connected(["vm1", "vm2"], timeout=20)
+            t_ready = time.monotonic()
+            log("new switch: sockets after %.2f s, both ports ready %.2f s after its start" %
+                (t_started - t_down, t_ready - t_started))
+            # The first reply after the restart (seen by the host's console reader).
+            i, t_reply, m = g1.console.wait_line(vlguest.PING_REPLY, n_down, 20,
+                                                 "replies after the restart")
+            resumed = t_reply - t_ready
+            log("replies resumed %.2f s after the ports were ready (%.2f s after SIGTERM), "
+                "first icmp_seq %s" % (resumed, t_reply - t_kill, m.group(2)))
+            # Let a few more replies arrive, then end the ping and read its summary.
+            g1.console.wait_line(vlguest.PING_REPLY, i + 5, 15)
+            g1.interrupt()
+            status, out = g1.wait_cmd(h, timeout=15, check=False)
+            p = parse_ping("\n".join(out))
+            replies = [l for t, l in g1.console.snapshot(n_before)
+                       if t_down + 0.5 < t < t_started and vlguest.PING_REPLY.search(l)]
+            log("ping across the restart: %s (%d replies while the switch was down)" %
+                (fmt_ping(p), len(replies)))
+            self.assertLess(resumed, 5.0, "ping replies resumed %.2f s after the new "
+                            "switch's ports were ready" % resumed)
+            # No reboot: one VL-READY, the same shell, tmpfs marker intact, uptime went on.
+            for g in (g1, g2):
+                self.assertEqual(g.console.count(r"^VL-READY "), 1, "guest %s rebooted" % g.name)
+            self.assertEqual(g1.run("cat /tmp/marker"), marker)
+            up1 = g1.uptime()
+            self.assertGreater(up1, up0 + (time.monotonic() - t_kill) * 0.5)
+            info = tb.ports_info()
+            self.assertEqual([info[x]["connects"] for x in ("vm1", "vm2")], [1, 1])
+            # And the new switch carries both directions with full delivery.
+            ping(self, g1, g2)
+            ping(self, g2, g1)
+            st = tb.wait_quiet()
+            vltest.assert_no_corruption(self, st)
+            fdb = tb.fdb()
+            self.assertEqual((fdb.get(MAC1), fdb.get(MAC2)), ("vm1", "vm2"), fdb)
+
+    # -- 5. a guest killed outright; its port takes the next guest -------------------------
+    def test_guest_killed(self):
+        with vlguest.GuestTestbed(self) as tb:
+            sw = tb.start_switch(ports=["vm1", "vm2"], forward="bridge")
+            tb.wait_quiet()
+            base0 = vlguest.proc_usage(sw.pid)  # nothing connected
+            g1, g2 = self.boot_pair(tb)
+            base2 = vlguest.proc_usage(sw.pid)
+            info = tb.ports_info()
+            log("switch: idle %s; with g1+g2 %s; mapped_bytes vm1 %d vm2 %d" %
+                (usage(base0), usage(base2), info["vm1"]["mapped_bytes"],
+                 info["vm2"]["mapped_bytes"]))
+            self.assertGreater(info["vm2"]["mapped_bytes"], 0)
+            self.assertGreater(base2["memfd_maps"], 0)
+            ping(self, g1, g2, count=5)
+            self.assertEqual(tb.fdb().get(MAC2), "vm2")
+
+            g2.kill(signal.SIGKILL)
+            tb.wait_state("vm2", ("waiting",))
+            after = vlguest.proc_usage(sw.pid)
+            info = tb.ports_info()
+            log("after SIGKILL of g2: %s; vm2 mapped_bytes %d" %
+                (usage(after), info["vm2"]["mapped_bytes"]))
+            self.assertEqual(info["vm2"]["mapped_bytes"], 0)
+            self.assertEqual(tb.ports_info()["vm1"]["state"], "connected")
+            # The two guests are alike (same memory size, same features): what g2's
+            # connection held is exactly what g1's still holds.
+            self.assertEqual(base2["fds"] - after["fds"], after["fds"] - base0["fds"])
+            self.assertEqual(base2["memfd_maps"] - after["memfd_maps"], after["memfd_maps"])
+            self.assertEqual(base2["memfd_bytes"] - after["memfd_bytes"], after["memfd_bytes"])
+            self.assertNotIn(MAC2, tb.fdb(), "the dead port's MACs are flushed")
+
+            # The next guest on the same port (another MAC) gets full service.
+            g3 = tb.start_guest("g3", "vm2", IP2, mac=MAC3)
+            g3.wait_ready()
+            tb.wait_connected(["vm2"])
+            self.assertEqual(tb.ports_info()["vm2"]["connects"], 2)
+            again = vlguest.proc_usage(sw.pid)
+            self.assertEqual(again["fd_targets"], base2["fd_targets"],
+                             "a replacement guest holds what the killed one held")
+            self.assertEqual((again["memfd_maps"], again["memfd_bytes"]),
+                             (base2["memfd_maps"], base2["memfd_bytes"]))
+            # g1 still has g2's (now stale) MAC for 10.0.0.2: flush it, as a real
+            # replacement VM would announce itself.
+            g1.run("ip neigh flush dev eth0")
+            ping(self, g1, g3)
+            ping(self, g3, g1, count=5)
+            fdb = tb.fdb()
+            self.assertEqual((fdb.get(MAC1), fdb.get(MAC3)), ("vm1", "vm2"), fdb)
+            st = tb.wait_quiet()
+            vltest.assert_no_corruption(self, st)
+
+            # Both guests leave: the switch holds what it held before any guest came.
+            self.stopped_guests_gone(tb, [g1, g3], ["vm1", "vm2"])
+            end = vlguest.proc_usage(sw.pid)
+            log("after both guests left: %s; mappings changed since idle: %s" %
+                (usage(end), vlguest.maps_diff(base0, end)))
+            self.assertEqual(end["fd_targets"], base0["fd_targets"])
+            self.assertEqual(end["memfd_maps"], 0)
+            info = tb.ports_info()
+            self.assertEqual([info[p]["mapped_bytes"] for p in ("vm1", "vm2")], [0, 0])
+            # Every mapping is back as it was, except that malloc's heap may keep the
+            # high-water mark it reached while guests were connected (it grows once, on
+            # the first connection, and then stays: not a per-connection leak).
+            self.assertEqual(end["mapped_bytes"] - end["heap_bytes"],
+                             base0["mapped_bytes"] - base0["heap_bytes"],
+                             vlguest.maps_diff(base0, end))
+            self.assertEqual(end["maps"], base0["maps"], vlguest.maps_diff(base0, end))
+            self.assertLessEqual(end["heap_bytes"], max(base2["heap_bytes"],
+                                                        again["heap_bytes"]))
+
+    # -- 6. interrupt and adaptive PMD modes -----------------------------------------------
+    def idle_cpu(self, tb, seconds=3.0):
+        """The switch's CPU time over `seconds` without traffic, as a fraction of wall
+        time; asserts no counter moved meanwhile."""
+        s0 = tb.wait_quiet()
+        pid = tb.switch.pid
+        c0, t0 = vlguest.proc_cpu_s(pid), time.monotonic()
+        time.sleep(seconds)
+        c1, t1 = vlguest.proc_cpu_s(pid), time.monotonic()
+        s1 = tb.switch_stats()
+        self.assertEqual(vltest.fmt_stats(s0), vltest.fmt_stats(s1), "traffic while idle")
+        return (c1 - c0) / (t1 - t0)
+
+    def test_pmd_modes(self):
+        """interrupt, then (the same guests reconnected to a new switch) adaptive."""
+        with vlguest.GuestTestbed(self) as tb:
+            tb.start_switch(ports=["vm1", "vm2"], forward="bridge",
+                            extra=["--pmd-mode", "interrupt"])
+            g1, g2 = self.boot_pair(tb)
+            # Static neighbours: no ARP probes (every few seconds after traffic) disturb
+            # the idle periods.
+            g1.run("ip neigh replace %s lladdr %s dev eth0 nud permanent" % (g2.addr, MAC2))
+            g2.run("ip neigh replace %s lladdr %s dev eth0 nud permanent" % (g1.addr, MAC1))
+
+            # interrupt: idle with both guests connected, then kicks wake it.
+            frac = self.idle_cpu(tb)
+            pmd = tb.ctl("pmd-stats")[0]
+            log("interrupt: switch CPU while idle %.2f%% over 3 s (pmd passes %d, sleeps %d)"
+                % (100 * frac, pmd["passes"], pmd["sleeps"]))
+            self.assertLess(frac, 0.05, "idle switch used %.1f%% CPU" % (100 * frac))
+            self.assertGreater(pmd["sleeps"], 0)
+            ping(self, g1, g2)
+            ping(self, g2, g1)
+            st = tb.wait_quiet()
+            vltest.assert_no_corruption(self, st)
+
+            # adaptive: the guests reconnect (QEMU reconnect=1) to a new switch.
+            tb.stop_switch()
+            tb.start_switch(ports=["vm1", "vm2"], forward="bridge",
+                            extra=["--pmd-mode", "adaptive"])
+            tb.wait_connected(["vm1", "vm2"])
+            ping(self, g1, g2)
+            ping(self, g2, g1)
+            frac = self.idle_cpu(tb)
+            pmd = tb.ctl("pmd-stats")[0]
+            log("adaptive: switch CPU while idle after traffic %.2f%% over 3 s (pmd passes "
+                "%d, busy passes %d, sleeps %d)" % (100 * frac, pmd["passes"],
+                                                     pmd["busy_passes"], pmd["sleeps"]))
+            self.assertLess(frac, 0.05, "idle switch used %.1f%% CPU" % (100 * frac))
+            self.assertGreater(pmd["sleeps"], 0)
+            self.assertGreater(pmd["busy_passes"], 0)
+            ping(self, g1, g2, count=5)
+            st = tb.wait_quiet()
+            vltest.assert_no_corruption(self, st)
+            for g in (g1, g2):
+                self.assertEqual(g.console.count(r"^VL-READY "), 1)
+
+
+def usage(u):
+    return "%d fds, %d mappings %.1f MiB (memfd: %d, %.0f MiB)" % (
+        u["fds"], u["maps"], u["mapped_bytes"] / 2**20, u["memfd_maps"],
+        u["memfd_bytes"] / 2**20)
+
+
+if __name__ == "__main__":
+    vlguest.main(default_timeout=150)
