@@ -48,6 +48,18 @@ struct GenArgs {
 void add_gen_command(CLI::App& app, GenArgs& a);
 int run_gen(const GenArgs& a);
 
+struct VnfArgs {
+  std::vector<std::string> ports;
+  std::string mode = "io";
+  std::string pmd_mode = "poll";
+  int cpu = -1;
+  double duration_s = 0;
+  uint32_t queue_size = 256;
+  uint32_t buf_size = 2048;
+};
+void add_vnf_command(CLI::App& app, VnfArgs& a);
+int run_vnf(const VnfArgs& a);
+
 struct BenchArgs {
   std::string name;
   std::vector<std::string> extra;  ///< the harness's own options, passed through

@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
   vl::cli::add_ctl_command(app, ctl);
   vl::cli::GenArgs gen;
   vl::cli::add_gen_command(app, gen);
+  vl::cli::VnfArgs vnf;
+  vl::cli::add_vnf_command(app, vnf);
   vl::cli::BenchArgs bench;
   vl::cli::add_bench_command(app, bench);
 
@@ -40,6 +42,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("switch")) return vl::cli::run_switch(sw);
   if (app.got_subcommand("ctl")) return vl::cli::run_ctl(ctl);
   if (app.got_subcommand("gen")) return vl::cli::run_gen(gen);
+  if (app.got_subcommand("vnf")) return vl::cli::run_vnf(vnf);
   if (app.got_subcommand("bench")) {
     bench.extra = app.get_subcommand("bench")->remaining();
     return vl::cli::run_bench(bench);

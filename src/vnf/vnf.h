@@ -1,0 +1,71 @@
+#pragma once
+// `virtlink vnf`: a two-port forwarder that plays the VM in PVP and chain topologies.
+// Like a guest running DPDK io forwarding, both ports share one driver memory (one memfd,
+// given to both back-ends with SET_MEM_TABLE), so a received buffer is transmitted on the
+// other port as it is: zero copies in the VNF. Frames received on port 0 leave on port 1
+// and back.
+// Modes: io (unchanged), macswap (swap source and destination MAC), l2fwd (destination =
+// the configured peer MAC of the output port, source = the output port's MAC).
+// Poll (busy) or interrupt (sleep on the receive queues' call eventfds when idle).
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "vhost/frontend.h"
+#include "virtio/driver_memory.h"
+#include "virtio/driver_queue.h"
+
+namespace vl::vnf {
+
+enum class Mode : uint8_t { kIo, kMacswap, kL2fwd };
+
+struct VnfPortConfig {
+  std::string path;
+  bool server = false;
+  uint64_t mac = 0;        ///< this port's MAC (l2fwd source)
+  uint64_t peer_mac = 0;   ///< l2fwd: destination for frames sent out of this port
+};
+
+struct VnfConfig {
+  VnfPortConfig ports[2];
+  Mode mode = Mode::kIo;
+  bool interrupt = false;
+  uint32_t queue_size = 256;
+  uint32_t buf_size = 2048;
+  uint32_t burst = 32;
+  int cpu = -1;
+  double duration_s = 0;  ///< 0: until stop()
+};
+
+struct VnfCounters {
+  uint64_t rx = 0, tx = 0, drop_tx_full = 0, drop_fragmented = 0;
+};
+
+class Vnf {
+ public:
+  explicit Vnf(VnfConfig c) : cfg_(std::move(c)) {}
+  bool open(std::string* err);
+  /// Forwards until stop() or the configured duration.
+  void run();
+  void stop() { stop_.store(true); }
+  void close();
+  nlohmann::json stats() const;
+
+ private:
+  uint32_t forward(uint32_t in);
+  bool sleep_until_traffic();
+
+  VnfConfig cfg_;
+  virtio::DriverMemory mem_;
+  virtio::BufferPool pool_;
+  vhost::Frontend fe_[2];
+  virtio::DriverQueue rxq_[2], txq_[2];
+  VnfCounters c_[2];  ///< indexed by input port
+  uint32_t hdr_len_ = 12;
+  std::atomic<bool> stop_{false};
+  uint64_t sleeps_ = 0;
+};
+
+}  // namespace vl::vnf
