@@ -1,5 +1,7 @@
 #include "vhost/backend.h"
 
+#include <fcntl.h>
+
 #include <fmt/format.h>
 
 #include "util/log.h"
@@ -284,6 +286,13 @@ bool Backend::h_set_vring_fd(Message& m, Reply& r) {
   if (nofd ? m.nfds != 0 : m.nfds != 1)
     return fail(r, fmt::format("{} fds with the no-fd flag {}", m.nfds, nofd ? "set" : "clear"));
   UniqueFd fd = nofd ? UniqueFd() : std::move(m.fds[0]);
+  if (fd.valid() && static_cast<Req>(m.hdr.request) == Req::kSetVringCall) {
+    // The datapath writes the call fd: a front-end's blocking pipe or socket that nobody
+    // reads must not stall a PMD thread shared with other ports.
+    const int fl = fcntl(fd.get(), F_GETFL);
+    if (fl < 0 || fcntl(fd.get(), F_SETFL, fl | O_NONBLOCK) != 0)
+      return fail(r, "call fd cannot be made non-blocking");
+  }
   Vring& vr = vrings_[i];
   host_->pause_datapath();
   switch (static_cast<Req>(m.hdr.request)) {

@@ -11,6 +11,10 @@
 namespace vl::vhost {
 
 ReadStatus Channel::read(std::string* err) {
+  if (failed_) {  // framing is lost after an error: never read on into msg_
+    *err = "connection already failed";
+    return ReadStatus::kError;
+  }
   if (have_ == sizeof(MsgHeader) + msg_.hdr.size && have_ != 0) {
     have_ = 0;  // the previous message was consumed
   }
@@ -41,6 +45,7 @@ ReadStatus Channel::read(std::string* err) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return ReadStatus::kAgain;
       if (errno == EINTR) continue;
       *err = fmt::format("recvmsg: {}", strerror(errno));
+      failed_ = true;
       return ReadStatus::kError;
     }
     // Take ownership of every fd first, so none leaks whatever happens next.
@@ -63,17 +68,20 @@ ReadStatus Channel::read(std::string* err) {
     if (n == 0) {
       if (have_ == 0) return ReadStatus::kClosed;
       *err = "peer closed the socket in the middle of a message";
+      failed_ = true;
       return ReadStatus::kError;
     }
     if (too_many) {
       *err = fmt::format("more than {} fds on one message", kMaxFds);
       msg_.close_fds();
+      failed_ = true;
       return ReadStatus::kError;
     }
     have_ += static_cast<uint32_t>(n);
     if (in_header && have_ == sizeof(MsgHeader) && msg_.hdr.size > kMaxPayload) {
       *err = fmt::format("payload size {} over the {} byte limit", msg_.hdr.size, kMaxPayload);
       msg_.close_fds();
+      failed_ = true;
       return ReadStatus::kError;
     }
   }

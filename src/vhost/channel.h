@@ -50,6 +50,7 @@ class Channel {
     sock_.reset();
     msg_.close_fds();
     have_ = 0;
+    failed_ = false;
   }
   /// Starts over on a new socket.
   void reset(UniqueFd sock) {
@@ -58,7 +59,8 @@ class Channel {
   }
 
   /// Reads without blocking until one message is complete or the socket has no more
-  /// bytes. After kMessage, message() holds it until the next read().
+  /// bytes. After kMessage, message() holds it until the next read(). After kError every
+  /// further read() returns kError until close() or reset().
   ReadStatus read(std::string* err);
   /// Waits up to `timeout_ms` for one whole message.
   ReadStatus read_wait(int timeout_ms, std::string* err);
@@ -72,6 +74,7 @@ class Channel {
   UniqueFd sock_;
   Message msg_;
   uint32_t have_ = 0;  ///< bytes of the current message received (header + payload)
+  bool failed_ = false;  ///< read() returned kError: the stream is out of step until close()
 };
 
 }  // namespace vl::vhost

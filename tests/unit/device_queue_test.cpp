@@ -214,6 +214,29 @@ TEST_F(DeviceQueueTest, RewindUnpops) {
   EXPECT_EQ(c.head, h2);
 }
 
+TEST_F(DeviceQueueTest, HasAvailRereadsTheIndexOnlyWhenTheSeenEntriesAreUsedUp) {
+  setup(16, 0);
+  EXPECT_FALSE(q.has_avail());
+  ring->add_tx(make_frame(20));
+  ring->add_tx(make_frame(20));
+  EXPECT_TRUE(q.has_avail());
+  Chain c{};
+  ASSERT_EQ(pop_tx(&c), PopStatus::kOk);
+  q.rewind(1, 0);
+  EXPECT_TRUE(q.has_avail());  // a rewound entry is available again
+  ASSERT_EQ(pop_tx(&c), PopStatus::kOk);
+  EXPECT_TRUE(q.has_avail());
+  ASSERT_EQ(pop_tx(&c), PopStatus::kOk);
+  EXPECT_FALSE(q.has_avail());
+  ring->add_tx(make_frame(20));
+  EXPECT_TRUE(q.has_avail());
+  ASSERT_EQ(pop_tx(&c), PopStatus::kOk);
+  // A jump is caught when the index is read again.
+  ring->set_avail_idx(static_cast<uint16_t>(q.last_avail() + 17));
+  EXPECT_FALSE(q.has_avail());
+  EXPECT_TRUE(q.broken());
+}
+
 // ---------------------------------------------------------------- hostile chains
 
 // Item 14: a garbage head index: dropped, nothing returned (the head is not ours to

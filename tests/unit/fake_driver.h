@@ -464,7 +464,7 @@ inline std::vector<uint8_t> make_frame(uint32_t len, uint8_t seed = 1) {
   std::vector<uint8_t> f(len);
   for (uint32_t i = 0; i < len; ++i) f[i] = static_cast<uint8_t>(seed + i * 7 + (i >> 8));
   const uint8_t hdr[14] = {0x02, 0, 0, 0, 0, 0x02, 0x02, 0, 0, 0, 0, 0x01, 0x08, 0x00};
-  std::memcpy(f.data(), hdr, std::min<uint32_t>(len, 14));
+  if (len) std::memcpy(f.data(), hdr, std::min<uint32_t>(len, 14));
   return f;
 }
 
@@ -473,7 +473,7 @@ inline std::vector<uint8_t> with_net_hdr(const virtio::NetHdr& hdr, uint32_t hdr
                                          std::span<const uint8_t> frame) {
   std::vector<uint8_t> out(hdr_len + frame.size());
   std::memcpy(out.data(), &hdr, hdr_len);
-  std::memcpy(out.data() + hdr_len, frame.data(), frame.size());
+  if (!frame.empty()) std::memcpy(out.data() + hdr_len, frame.data(), frame.size());
   return out;
 }
 

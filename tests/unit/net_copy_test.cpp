@@ -270,14 +270,16 @@ TEST_F(NetCopyTest, MergeableFitsInOneBuffer) {
 // num_buffers sits at bytes 10-11 of the header: written where the first chain has them,
 // also when a segment boundary falls between the two bytes.
 TEST_F(NetCopyTest, MergeableNumBuffersAcrossSegmentEdges) {
-  for (uint32_t first : {10u, 11u, 12u, 13u}) {
-    const uint16_t head = rx->add_rx({first, 64 - first});
+  const std::vector<std::vector<uint32_t>> layouts = {
+      {10, 54}, {11, 53}, {12, 52}, {13, 51}, {4, 4, 4, 52}, {3, 3, 3, 3, 52}, {1, 9, 1, 1, 52}};
+  for (const auto& first : layouts) {
+    const uint16_t head = rx->add_rx(first, ChainOpts{.indirect = first.size() > 2});
     rx->add_rx({64});
     rx->add_rx({64});
-    const auto frame = make_frame(150, static_cast<uint8_t>(first));
-    ASSERT_EQ(deliver(frame, true), DeliverStatus::kOk) << first;
+    const auto frame = make_frame(150, static_cast<uint8_t>(first.size() + first[0]));
+    ASSERT_EQ(deliver(frame, true), DeliverStatus::kOk) << first[0];
     const auto used = take_used();
-    ASSERT_EQ(used.size(), 3u) << first;
+    ASSERT_EQ(used.size(), 3u) << first[0];
     EXPECT_EQ(used[0].id, head);
     std::vector<uint8_t> got;
     for (const auto& u : used) {
@@ -286,7 +288,8 @@ TEST_F(NetCopyTest, MergeableNumBuffersAcrossSegmentEdges) {
     }
     NetHdr want = sample_hdr();
     want.num_buffers = 3;
-    EXPECT_EQ(got, with_net_hdr(want, 12, frame)) << "first segment " << first;
+    EXPECT_EQ(got, with_net_hdr(want, 12, frame)) << "first chain of " << first.size() << " segments, "
+                                                  << first[0] << " bytes first";
   }
 }
 
