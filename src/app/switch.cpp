@@ -138,7 +138,10 @@ void Switch::on_tick() {
   for (uint32_t i = 0; i < ports_.size(); ++i) {
     const bool was_connected = ports_[i]->backend().connected();
     ports_[i]->on_tick();
-    if (was_connected != ports_[i]->backend().connected()) watch_port(i);
+    if (was_connected != ports_[i]->backend().connected()) {
+      if (was_connected) fdb_.flush_port(i);
+      watch_port(i);
+    }
   }
   static uint32_t last_age = 0;
   if (now - last_age >= 5) {

@@ -113,6 +113,14 @@ bool VhostPort::try_connect() {
 }
 
 bool VhostPort::on_tick() {
+  const virtio::GuestMemory* mem = backend_.memory();
+  if (backend_.connected() && mem && mem->faulted()) {
+    spdlog::error("port {}: the front-end truncated its shared memory under the switch "
+                  "(faulting pages were replaced by zero pages); closing the connection",
+                  cfg_.name);
+    drop_connection("guest memory truncated");
+    return true;
+  }
   if (cfg_.mode == SocketMode::kClient && !backend_.connected() && !down_) return try_connect();
   return false;
 }

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "virtio/sigbus_guard.h"
+
 namespace vl::virtio {
 
 namespace {
@@ -20,6 +22,7 @@ GuestMemory::~GuestMemory() { unmap_all(); }
 void GuestMemory::unmap_all() {
   if (owned_) {
     for (uint32_t i = 0; i < n_; ++i) {
+      SigbusGuard::remove(regions_[i].guard_slot);
       if (regions_[i].map_base) munmap(regions_[i].map_base, regions_[i].map_len);
     }
   }
@@ -98,6 +101,7 @@ bool GuestMemory::build(const MemRegionDesc* r, const int* fds, uint32_t n, std:
     m.host = static_cast<uint8_t*>(base) + r[i].mmap_offset;
     m.map_base = base;
     m.map_len = len;
+    m.guard_slot = SigbusGuard::add(base, len);
     n_ = i + 1;
   }
   return true;
@@ -141,6 +145,12 @@ bool GuestMemory::uva_to_gpa(uint64_t uva, uint64_t* gpa) const {
       return true;
     }
   }
+  return false;
+}
+
+bool GuestMemory::faulted() const {
+  for (uint32_t i = 0; i < n_; ++i)
+    if (SigbusGuard::faulted(regions_[i].guard_slot)) return true;
   return false;
 }
 

@@ -31,6 +31,7 @@ struct MappedRegion {
   uint8_t* host = nullptr;  ///< our address of gpa
   void* map_base = nullptr;  ///< what mmap returned
   size_t map_len = 0;     ///< bytes mapped (page-rounded size + offset)
+  int guard_slot = -1;    ///< SigbusGuard registration
 };
 
 /// The mapped memory table of one front-end. Immutable after build(); destroying it unmaps.
@@ -89,6 +90,9 @@ class GuestMemory {
   const MappedRegion& region(uint32_t i) const { return regions_[i]; }
   /// Bytes mapped in total (for the stats and the leak tests).
   uint64_t mapped_bytes() const;
+  /// True if the front-end truncated a region's file under us and an access to it faulted
+  /// (SigbusGuard replaced the page by a zero page): the connection must be dropped.
+  bool faulted() const;
 
  private:
   void unmap_all();

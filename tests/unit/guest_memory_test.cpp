@@ -207,3 +207,33 @@ TEST(GuestMemoryBuild, FailureAfterSomeMapsUnmapsThem) {
 
 }  // namespace
 }  // namespace vl::virtio
+
+namespace vl::virtio {
+namespace {
+
+// hostile-inputs.md (own class): the front-end shrinks its memfd after SET_MEM_TABLE.
+// Touching the vanished pages would raise SIGBUS; the guard maps zero pages instead and
+// reports the mapping as faulted so the port can drop the connection.
+TEST(GuestMemorySigbus, TruncatedMemfdFaultsIntoZeroPagesInsteadOfKillingTheProcess) {
+  const int fd = memfd_create("vl-trunc", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 1 << 20), 0);
+  MemRegionDesc r{0x1000000, 1 << 20, 0x7f0000000000ull, 0};
+  GuestMemory mem;
+  std::string err;
+  ASSERT_TRUE(mem.build(&r, &fd, 1, &err)) << err;
+  uint64_t contig = 0;
+  uint8_t* p = mem.translate(0x1000000 + 4096 * 10, 64, &contig);
+  ASSERT_NE(p, nullptr);
+  p[0] = 7;
+  EXPECT_FALSE(mem.faulted());
+  ASSERT_EQ(ftruncate(fd, 0), 0);  // the hostile part
+  volatile uint8_t v = p[0];       // would be SIGBUS
+  EXPECT_EQ(v, 0);
+  p[1] = 9;                        // writes land in the private zero page
+  EXPECT_TRUE(mem.faulted());
+  close(fd);
+}
+
+}  // namespace
+}  // namespace vl::virtio
