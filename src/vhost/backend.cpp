@@ -398,6 +398,7 @@ void Backend::reset_device() {
   for (Vring& v : vrings_) {
     v.q.detach();
     v = Vring{};
+    v.why_not = "not connected";
   }
   mem_.reset();
   features_ = 0;
