@@ -167,6 +167,18 @@ class Guests(unittest.TestCase):
             vltest.assert_no_corruption(self, st)
             fdb = tb.fdb()
             self.assertEqual((fdb.get(MAC1), fdb.get(MAC2)), ("vm1", "vm2"), fdb)
+            # A new switch connects to the same QEMU servers, which still run their guests.
+            tb.stop_switch()
+            tb.start_switch(ports=[], client_ports=["vm1", "vm2"], forward="bridge")
+            t0 = time.monotonic()
+            tb.wait_connected(["vm1", "vm2"])
+            log("new switch: client ports connected and ready after %.2f s" %
+                (time.monotonic() - t0))
+            ping(self, g1, g2, count=5)
+            ping(self, g2, g1, count=5)
+            for g in (g1, g2):
+                self.assertEqual(g.console.count(r"^VL-READY "), 1, "guest %s rebooted" % g.name)
+            vltest.assert_no_corruption(self, tb.wait_quiet())
 
     # -- 4. switch restart under a running ping --------------------------------------------
     def test_switch_restart(self):
@@ -230,6 +242,25 @@ class Guests(unittest.TestCase):
             fdb = tb.fdb()
             self.assertEqual((fdb.get(MAC1), fdb.get(MAC2)), ("vm1", "vm2"), fdb)
 
+            # A crash (SIGKILL) in the middle of a flood ping: the rings are left as the
+            # PMD left them (entries taken but not yet returned, stale socket files). The
+            # next switch resumes both directions without a broken ring.
+            g1.run("ping -f -w 10 %s >/tmp/flood.log 2>&1 &" % g2.addr)
+            tb.wait_counter("vm2", "tx_packets", st["vm2"]["tx_packets"] + 500, timeout=20)
+            tb.switch.stop(signal.SIGKILL)
+            tb.start_switch(ports=["vm1", "vm2"], forward="bridge")
+            tb.wait_connected(["vm1", "vm2"], timeout=20)
+            st = tb.wait_counter("vm1", "tx_packets", 200, timeout=20)  # replies flow again
+            flood = parse_ping(g1.run("wait; cat /tmp/flood.log", timeout=30))
+            log("flood ping across a SIGKILL restart: %s; new switch: %s" %
+                (fmt_ping(flood), vltest.fmt_stats(st)))
+            self.assertGreater(flood["rx"], 0)
+            ping(self, g1, g2, count=5)
+            ping(self, g2, g1, count=5)
+            vltest.assert_no_corruption(self, tb.wait_quiet())
+            for g in (g1, g2):
+                self.assertEqual(g.console.count(r"^VL-READY "), 1, "guest %s rebooted" % g.name)
+
     # -- 5. a guest killed outright; its port takes the next guest -------------------------
     def test_guest_killed(self):
         with vlguest.GuestTestbed(self) as tb:
@@ -247,8 +278,22 @@ class Guests(unittest.TestCase):
             ping(self, g1, g2, count=5)
             self.assertEqual(tb.fdb().get(MAC2), "vm2")
 
+            # g2 dies while g1 floods it: the PMD is writing into g2's receive ring.
+            st0 = tb.switch_stats()
+            g1.run("ping -f -w 4 %s >/tmp/flood.log 2>&1 &" % g2.addr)
+            tb.wait_counter("vm2", "tx_packets", st0["vm2"]["tx_packets"] + 300, timeout=20)
             g2.kill(signal.SIGKILL)
             tb.wait_state("vm2", ("waiting",))
+            t_dead = tb.switch_stats()
+            flood = parse_ping(g1.run("wait; cat /tmp/flood.log", timeout=30))
+            st1 = tb.wait_quiet()
+            log("flood ping into the killed guest: %s; switch %s" %
+                (fmt_ping(flood), vltest.fmt_stats(st1)))
+            # The switch kept taking g1's frames after g2 was gone (they have nowhere to
+            # go: no_destination) and broke no ring.
+            self.assertGreater(st1["vm1"]["rx_packets"], t_dead["vm1"]["rx_packets"])
+            self.assertGreater(st1["vm1"]["drops"]["no_destination"], 0, vltest.fmt_stats(st1))
+            vltest.assert_no_corruption(self, st1)
             after = vlguest.proc_usage(sw.pid)
             info = tb.ports_info()
             log("after SIGKILL of g2: %s; vm2 mapped_bytes %d" %
@@ -291,15 +336,14 @@ class Guests(unittest.TestCase):
             self.assertEqual(end["memfd_maps"], 0)
             info = tb.ports_info()
             self.assertEqual([info[p]["mapped_bytes"] for p in ("vm1", "vm2")], [0, 0])
-            # Every mapping is back as it was, except that malloc's heap may keep the
-            # high-water mark it reached while guests were connected (it grows once, on
-            # the first connection, and then stays: not a per-connection leak).
-            self.assertEqual(end["mapped_bytes"] - end["heap_bytes"],
-                             base0["mapped_bytes"] - base0["heap_bytes"],
+            # Every file-backed mapping is back exactly as it was. Anonymous memory
+            # (malloc's heap and arenas, a sanitizer's allocator) may keep a high-water
+            # mark: release builds grow [heap] by 132 KiB once, on the first connection,
+            # and then stay there. A guest's memory is 256 MiB: bound the rest at 1 MiB.
+            self.assertEqual(end["named_maps"], base0["named_maps"],
                              vlguest.maps_diff(base0, end))
-            self.assertEqual(end["maps"], base0["maps"], vlguest.maps_diff(base0, end))
-            self.assertLessEqual(end["heap_bytes"], max(base2["heap_bytes"],
-                                                        again["heap_bytes"]))
+            grew = end["anon_bytes"] - base0["anon_bytes"]
+            self.assertLessEqual(grew, 1 << 20, vlguest.maps_diff(base0, end))
 
     # -- 6. interrupt and adaptive PMD modes -----------------------------------------------
     def idle_cpu(self, tb, seconds=3.0):
@@ -366,4 +410,4 @@ def usage(u):
 
 
 if __name__ == "__main__":
-    vlguest.main(default_timeout=150)
+    vlguest.main(default_timeout=600)  # the whole file: six cases, about 3 min

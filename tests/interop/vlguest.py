@@ -29,7 +29,6 @@ import re
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -317,9 +316,22 @@ class GuestTestbed(vltest.Testbed):
         args = []
         for name in client_ports:
             args += ["--port", "%s=vhost-user-client:%s" % (name, self.sock(name))]
-        return super().start_switch(ports=ports, forward=forward, pmd_cores=pmd_cores,
-                                    config=config, extra=args + list(extra),
-                                    log_level=log_level)
+        sw = super().start_switch(ports=ports, forward=forward, pmd_cores=pmd_cores,
+                                  config=config, extra=args + list(extra),
+                                  log_level=log_level)
+        # After a crash the old socket files are still there, so their existence says
+        # nothing: wait until this switch answers on the control socket.
+        def answers():
+            if not sw.alive():
+                raise AssertionError("switch exited early with status %s:\n%s" %
+                                     (sw.p.returncode, sw.output()))
+            try:
+                self.ctl("version")
+                return True
+            except AssertionError:
+                return False
+        vltest._wait(answers, 15, "the switch's control socket", 0.1)
+        return sw
 
     def stop_switch(self, sig=signal.SIGTERM, timeout=15):
         """Stops the switch; it must exit with status 0 and without sanitizer reports."""
@@ -423,6 +435,11 @@ def proc_usage(pid):
             "maps": len(maps),
             "mapped_bytes": sum(s for s, _ in maps),
             "heap_bytes": sum(s for s, p in maps if p == "[heap]"),
+            # anonymous memory: no path, or [heap]/[anon:...] (not [stack], [vdso], ...)
+            "anon_bytes": sum(s for s, p in maps if p in ("", "[heap]") or
+                              p.startswith("[anon")),
+            "named_maps": sorted((s, p) for s, p in maps if p and p != "[heap]" and
+                                 not p.startswith("[anon")),
             "memfd_maps": sum(1 for _, p in maps if p.startswith("/memfd:")),
             "memfd_bytes": sum(s for s, p in maps if p.startswith("/memfd:"))}
 
@@ -458,7 +475,7 @@ def fmt_ping(p):
 
 def main(default_timeout=120):
     """vltest.main()'s options and watchdog, for guest tests: --virtlink PATH (required),
-    --timeout S. Exits 77 (ctest: skipped) when QEMU is missing, 2 when the guest image is
+    --timeout S. Fails (exit 2) when QEMU is missing (install-deps installs it) or the guest image is
     missing (the ctest fixture guest_image builds it)."""
     import argparse
     ap = argparse.ArgumentParser(add_help=False)
@@ -471,8 +488,8 @@ def main(default_timeout=120):
         sys.stderr.write("vlguest: %s is not an executable\n" % vltest.VIRTLINK)
         sys.exit(2)
     if shutil.which(QEMU) is None:
-        sys.stderr.write("vlguest: %s is missing: skipped\n" % QEMU)
-        sys.exit(77)
+        sys.stderr.write("vlguest: %s is missing (run scripts/install-deps.sh)\n" % QEMU)
+        sys.exit(2)
     for f in ("vmlinuz", "initramfs.cpio.gz"):
         if not os.path.exists(os.path.join(IMAGE_DIR, f)):
             sys.stderr.write("vlguest: no guest image in %s (scripts/guest/build-guest.sh)\n"
