@@ -12,20 +12,11 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "util/unix_socket.h"
+
 namespace vl::control {
 
 namespace {
-bool fill_addr(const std::string& path, sockaddr_un* a, std::string* err) {
-  if (path.empty() || path.size() >= sizeof(a->sun_path)) {
-    *err = fmt::format("control socket path '{}' is empty or too long", path);
-    return false;
-  }
-  std::memset(a, 0, sizeof *a);
-  a->sun_family = AF_UNIX;
-  std::memcpy(a->sun_path, path.data(), path.size());
-  return true;
-}
-
 void set_timeout(int fd, int secs) {
   timeval tv{secs, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -58,7 +49,7 @@ bool write_all(int fd, const std::string& s) {
 
 bool ControlServer::listen(const std::string& path, std::string* err) {
   sockaddr_un a;
-  if (!fill_addr(path, &a, err)) return false;
+  if (!make_unix_addr(path, &a, err)) return false;
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   struct stat st;
@@ -122,7 +113,7 @@ void ControlServer::serve_one() {
 bool request(const std::string& path, const std::string& cmd, const Json& args, Json* result,
              std::string* err) {
   sockaddr_un a;
-  if (!fill_addr(path, &a, err)) return false;
+  if (!make_unix_addr(path, &a, err)) return false;
   UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
     *err = fmt::format("cannot reach the switch at {}: {}", path, strerror(errno));

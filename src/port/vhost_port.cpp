@@ -12,25 +12,12 @@
 #include <fmt/format.h>
 
 #include "util/log.h"
+#include "util/unix_socket.h"
 #include "virtio/virtio_defs.h"
 
 namespace vl::port {
 
 using namespace vl::virtio;
-
-namespace {
-bool make_addr(const std::string& path, sockaddr_un* a, std::string* err) {
-  if (path.empty() || path.size() >= sizeof(a->sun_path)) {
-    *err = fmt::format("socket path '{}' is empty or longer than {} bytes", path,
-                       sizeof(a->sun_path) - 1);
-    return false;
-  }
-  std::memset(a, 0, sizeof *a);
-  a->sun_family = AF_UNIX;
-  std::memcpy(a->sun_path, path.data(), path.size());
-  return true;
-}
-}  // namespace
 
 VhostPort::VhostPort(uint32_t id, VhostPortConfig cfg, Quiescer* q)
     : id_(id), cfg_(std::move(cfg)), quiescer_(q), backend_(this, [&] {
@@ -47,7 +34,7 @@ bool VhostPort::start(std::string* err) {
     return true;
   }
   sockaddr_un a;
-  if (!make_addr(cfg_.path, &a, err)) return false;
+  if (!make_unix_addr(cfg_.path, &a, err)) return false;
   struct stat st;
   if (lstat(cfg_.path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
@@ -90,7 +77,7 @@ const char* VhostPort::state() const {
 bool VhostPort::try_connect() {
   sockaddr_un a;
   std::string err;
-  if (!make_addr(cfg_.path, &a, &err)) {
+  if (!make_unix_addr(cfg_.path, &a, &err)) {
     down_ = true;
     return false;
   }

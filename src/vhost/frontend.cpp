@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include "util/unix_socket.h"
+
 namespace vl::vhost {
 
 using namespace vl::virtio;
@@ -22,16 +24,6 @@ uint64_t FrontendOptions::default_features() {
 }
 
 namespace {
-bool fill(const std::string& path, sockaddr_un* a, std::string* err) {
-  if (path.empty() || path.size() >= sizeof(a->sun_path)) {
-    *err = fmt::format("socket path '{}' is empty or too long", path);
-    return false;
-  }
-  std::memset(a, 0, sizeof *a);
-  a->sun_family = AF_UNIX;
-  std::memcpy(a->sun_path, path.data(), path.size());
-  return true;
-}
 uint64_t now_ms() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -42,7 +34,7 @@ uint64_t now_ms() {
 bool Frontend::connect(const FrontendOptions& o, std::string* err) {
   opts_ = o;
   sockaddr_un a;
-  if (!fill(o.path, &a, err)) return false;
+  if (!make_unix_addr(o.path, &a, err)) return false;
   const uint64_t deadline = now_ms() + static_cast<uint64_t>(o.timeout_ms);
   if (!o.server) {
     for (;;) {
