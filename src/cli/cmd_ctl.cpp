@@ -62,7 +62,10 @@ void print_fdb(const Json& r) {
 void print_pmd(const Json& r) {
   for (const auto& t : r) {
     std::string q;
-    for (const auto& n : t["rxqs"]) q += (q.empty() ? "" : ",") + n.get<std::string>();
+    for (const auto& n : t["rxqs"]) {
+      if (!q.empty()) q += ',';
+      q += n.get<std::string>();
+    }
     fmt::print("pmd {} cpu {} {}: passes {} busy {} sleeps {} packets {} cycles/packet {:.0f} rxqs {}\n",
                t["pmd"].get<int>(), t["cpu"].get<int>(), t["mode"].get<std::string>(),
                t["passes"].get<uint64_t>(), t["busy_passes"].get<uint64_t>(),
