@@ -5,6 +5,9 @@ Benchmarks are not tests: they measure, print a table, and record results with t
 that produced them (bench/results/). Every benchmark measures its anchors (other switches)
 in the same run, so ratios hold even though this machine's speed drifts by ~15%.
 
+  ping       ping RTT between two QEMU guests through virtlink (poll, interrupt,
+             adaptive) and through QEMU's userspace networking (tap + Linux bridge)
+             (bench/ping_bench.py)
   loopback   64 B and 1518 B loopback Mpps through virtlink (xconnect, bridge) and
              through DPDK testpmd's vhost PMD (io forwarding) as the switch, with the
              same traffic side: one testpmd with two virtio-user ports in io forwarding,
@@ -84,7 +87,8 @@ class TrafficLoop:
         del kw
         args = ["--tx-first", "--txpkts=%d" % frame_size, "--eth-peer=0,02:00:00:00:00:0b",
                 "--eth-peer=1,02:00:00:00:00:0a"]
-        self.p = tb.start_testpmd("gen", vdevs, "io", args=args, stats_period=1)
+        self.p = tb.start_testpmd("gen", vdevs, "io", args=args, stats_period=1,
+                                  interactive=False)
 
     def mpps(self, warm_s, trial_s):
         t_end = time.monotonic() + warm_s + trial_s + 0.5
@@ -187,6 +191,9 @@ CORE_PLAN = ("switch under test (virtlink PMD thread, or testpmd's forwarding lc
 
 
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "ping":
+        import ping_bench
+        return ping_bench.main(sys.argv[2:])
     ap = argparse.ArgumentParser(prog="virtlink bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name", choices=["loopback"])

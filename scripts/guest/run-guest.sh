@@ -4,7 +4,7 @@
 #
 # Usage: scripts/guest/run-guest.sh [options]
 #   --name N              guest name (QEMU -name, guest hostname, default MAC); default vl0
-#   --sock PATH           vhost-user socket (required unless --no-net or --user-net)
+#   --sock PATH           vhost-user socket (required unless --no-net, --user-net or --tap)
 #   --server              QEMU listens on PATH (server=on,wait=off) and the switch connects;
 #                         default: QEMU connects as a client (reconnect=1)
 #   --mac MAC             eth0 MAC; default 52:54:00:xx:xx:xx derived from the name
@@ -27,6 +27,8 @@
 #   --no-net              no NIC at all (smoke test of the image)
 #   --user-net            a virtio-net NIC on QEMU user networking (slirp) instead of vhost-user
 #                         (guest 10.0.2.15/24, host reachable as 10.0.2.2)
+#   --tap IFNAME          a virtio-net NIC on host tap device IFNAME (which must exist; QEMU's
+#                         own userspace tap back-end: vhost=off, no scripts) instead of vhost-user
 #   --accel kvm|tcg|auto  auto (default) = tcg unless scripts/guest/probe-kvm.sh succeeded
 #                         (probed once per image directory, result cached there)
 #   --boot pvh|bzimage    pvh (default when build-guest.sh produced vmlinux): QEMU loads the
@@ -50,7 +52,7 @@ die() { echo "run-guest: error: $*" >&2; exit 2; }
 qesc() { printf '%s' "${1//,/,,}"; }
 
 NAME=vl0 SOCK='' SERVER=0 MAC='' IP='' MTU='' CMD='' KEEP=0 IPERF=0 MEM=256M SMP=1
-SERIAL_LOG='' SERIAL_SOCK='' PIDFILE='' EXTRA_NET='' NET=vhost ACCEL=auto APPEND='' DRY=0 BOOT='' LINKWAIT=''
+SERIAL_LOG='' SERIAL_SOCK='' PIDFILE='' EXTRA_NET='' NET=vhost ACCEL=auto APPEND='' DRY=0 BOOT='' LINKWAIT='' TAP=''
 IMAGE_DIR=${VL_GUEST_DIR:-$REPO_ROOT/build/guest}
 
 while (($#)); do
@@ -77,6 +79,7 @@ while (($#)); do
     --extra-net-args) EXTRA_NET=$2; shift 2 ;;
     --no-net) NET=none; shift ;;
     --user-net) NET=user; shift ;;
+    --tap) NET=tap TAP=$2; shift 2 ;;
     --accel) ACCEL=$2; shift 2 ;;
     --boot) BOOT=$2; shift 2 ;;
     --append) APPEND=$2; shift 2 ;;
@@ -100,7 +103,7 @@ case $BOOT in
   *) die "--boot must be pvh or bzimage" ;;
 esac
 [[ $NAME =~ ^[A-Za-z0-9_-]+$ ]] || die "--name must match [A-Za-z0-9_-]+"
-[[ $NET != vhost || -n $SOCK ]] || die "--sock PATH is required (or --no-net / --user-net)"
+[[ $NET != vhost || -n $SOCK ]] || die "--sock PATH is required (or --no-net / --user-net / --tap)"
 if [[ -z $MAC ]]; then
   # Stable per-name locally administered MAC under QEMU's 52:54:00 prefix.
   h=$(printf '%s' "$NAME" | md5sum)
@@ -175,6 +178,10 @@ case $NET in
     ;;
   user)
     QEMU+=(-netdev "user,id=net0" -device "$DEV${EXTRA_NET:+,$EXTRA_NET}")
+    ;;
+  tap)
+    QEMU+=(-netdev "tap,id=net0,ifname=$(qesc "$TAP"),script=no,downscript=no,vhost=off"
+           -device "$DEV${EXTRA_NET:+,$EXTRA_NET}")
     ;;
   none)
     QEMU+=(-nic none)

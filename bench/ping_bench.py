@@ -1,0 +1,248 @@
+"""`virtlink bench ping`: ping RTT between two Linux guests (QEMU TCG, scripts/guest).
+
+Paths (the same two guests' kernels, the same ping):
+  virtlink-poll        guest1 -> virtlink (bridge, --pmd-mode poll, --pmd-cores 1) -> guest2
+  virtlink-interrupt   the same, --pmd-mode interrupt, PMD thread unpinned
+  virtlink-adaptive    the same, --pmd-mode adaptive, PMD thread unpinned
+  qemu-userspace       guest1 -> QEMU tap back-end (vhost=off) -> tap -> Linux bridge -> tap
+                       -> QEMU -> guest2: QEMU's own userspace networking, no vhost
+
+The virtlink paths share one pair of guests: between modes the switch is restarted on the
+same sockets and the guests' vhost-user clients reconnect (QEMU reconnect=1). The tap path
+boots its own pair (scripts/guest/run-guest.sh --tap). In each path guest1 runs
+`ping -q -c COUNT -i INTERVAL` to guest2 (static neighbour entries, after a short warm-up)
+and the harness parses iputils' summary (rtt min/avg/max/mdev).
+
+Guests run under TCG, so their RTTs are dominated by emulation; the ratios between paths are
+what the bench is for. Bridges and tap devices are removed on every exit path.
+"""
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "interop"))
+import vltest  # noqa: E402
+import vlguest  # noqa: E402
+import report  # noqa: E402
+
+MAC1, MAC2 = "52:54:00:00:00:01", "52:54:00:00:00:02"
+IP1, IP2 = "10.0.0.1/24", "10.0.0.2/24"
+VIRTLINK_MODES = (("poll", "1"), ("interrupt", ""), ("adaptive", ""))
+CORE_PLAN = ("2 CPUs. virtlink-poll: the switch's PMD thread busy-polls pinned to CPU 1 "
+             "(--pmd-cores 1); interrupt/adaptive: the PMD thread is unpinned and sleeps "
+             "when idle. The two QEMU guests (TCG, 1 vCPU each, unpinned) share both CPUs "
+             "with it: in poll mode they effectively share CPU 0 (CPU 1 is the poller's), so "
+             "two emulated guests contend for one core. qemu-userspace: no switch process; "
+             "each QEMU's tap back-end runs in its own main loop, the Linux bridge in the "
+             "host kernel, all unpinned on CPUs 0-1.")
+
+
+def log(msg):
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+
+
+def ip(*args, check=True):
+    r = subprocess.run(["ip"] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError("ip %s: %s" % (" ".join(args), r.stderr.strip()))
+    return r
+
+
+class LinuxBridge:
+    """A Linux bridge with two tap devices; removed on exit (context manager)."""
+
+    def __init__(self, tag):
+        self.br = "vlpbr%s" % tag
+        self.taps = ["vlpt%s-%d" % (tag, i) for i in (1, 2)]
+        assert all(len(n) <= 15 for n in [self.br] + self.taps)
+
+    def __enter__(self):
+        try:
+            ip("link", "add", self.br, "type", "bridge")
+            # No STP, no forwarding delay: ports forward as soon as they are up.
+            ip("link", "set", self.br, "type", "bridge", "stp_state", "0", "forward_delay", "0")
+            for t in self.taps:
+                ip("tuntap", "add", "dev", t, "mode", "tap")
+                ip("link", "set", t, "master", self.br)
+                ip("link", "set", t, "up")
+            ip("link", "set", self.br, "up")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def close(self):
+        for t in self.taps:
+            ip("link", "del", t, check=False)
+        ip("link", "del", self.br, check=False)
+        left = [n for n in [self.br] + self.taps
+                if ip("link", "show", n, check=False).returncode == 0]
+        if left:
+            log("ping: could not remove %s" % left)
+
+
+def ping_pair(g1, g2, count, interval):
+    """Warm-up, then the measured ping g1 -> g2. Returns (parsed, mdev ms, duration s)."""
+    g1.run("ip neigh replace %s lladdr %s dev eth0 nud permanent" % (g2.addr, MAC2))
+    g2.run("ip neigh replace %s lladdr %s dev eth0 nud permanent" % (g1.addr, MAC1))
+    g1.run("ping -c 5 -i 0.2 -W 2 %s" % g2.addr, timeout=30)
+    cmd = "ping -q -c %d -i %s -W 2 %s" % (count, interval, g2.addr)
+    t0 = time.monotonic()
+    status, out = g1.run(cmd, timeout=60 + count * max(interval, 0.01) * 10, check=False)
+    dt = time.monotonic() - t0
+    p = vlguest.parse_ping(out)
+    m = vlguest._PING_RTT.search(out)
+    if p["rtt"] is None or status not in (0, 1):
+        raise RuntimeError("`%s` exited with %d:\n%s" % (cmd, status, out))
+    return p, float(m.group(4)), dt
+
+
+def make_row(path, switch, mode, pmd_mode, p, mdev, dt, count, interval):
+    ns = lambda ms: int(round(ms * 1e6))  # noqa: E731
+    mn, avg, mx = p["rtt"]
+    return report.row(
+        experiment="ping", topology="guest", switch=switch, mode=mode, pmd_mode=pmd_mode,
+        path=path, rtt_ns={"min": ns(mn), "avg": ns(avg), "max": ns(mx)},
+        duration_s=round(dt, 2),
+        ping={"count": count, "interval_s": interval, "tx": p["tx"], "rx": p["rx"],
+              "loss_percent": p["loss"], "mdev_ns": ns(mdev)})
+
+
+def bench_virtlink(opts, rows, errors):
+    with vlguest.GuestTestbed(None) as tb:
+        g1 = g2 = None
+        for mode, cores in VIRTLINK_MODES:
+            path = "virtlink-" + mode
+            try:
+                if tb.switch is not None:
+                    tb.stop_switch()
+                tb.start_switch(ports=["vm1", "vm2"], forward="bridge", pmd_cores=cores,
+                                extra=["--pmd-mode", mode])
+                if g1 is None:
+                    g1 = tb.start_guest("g1", "vm1", IP1, mac=MAC1)
+                    g2 = tb.start_guest("g2", "vm2", IP2, mac=MAC2)
+                    vlguest.wait_all_ready([g1, g2], timeout=180)
+                tb.wait_connected(["vm1", "vm2"], timeout=30)
+                p, mdev, dt = ping_pair(g1, g2, opts.count, opts.interval)
+                log("[ping %s] %s, mdev %.3f ms, %.1f s" % (path, vlguest.fmt_ping(p), mdev, dt))
+                rows.append(make_row(path, "virtlink", "bridge", mode, p, mdev, dt,
+                                     opts.count, opts.interval))
+            except (RuntimeError, AssertionError, vltest.TestTimeout) as e:
+                msg = "%s: failed: %s" % (path, str(e).strip().splitlines()[0] if str(e) else e)
+                log(msg)
+                errors.append(msg)
+                if g1 is None or not (g1.alive() and g2.alive()):
+                    break
+
+
+def bench_qemu_userspace(opts, rows, errors):
+    path = "qemu-userspace"
+    try:
+        with LinuxBridge(str(os.getpid() % 100000)) as lb, vlguest.GuestTestbed(None) as tb:
+            g1 = tb.start_guest("g1", "unused1", IP1, mac=MAC1, extra=["--tap", lb.taps[0]])
+            g2 = tb.start_guest("g2", "unused2", IP2, mac=MAC2, extra=["--tap", lb.taps[1]])
+            vlguest.wait_all_ready([g1, g2], timeout=180)
+            p, mdev, dt = ping_pair(g1, g2, opts.count, opts.interval)
+            log("[ping %s] %s, mdev %.3f ms, %.1f s" % (path, vlguest.fmt_ping(p), mdev, dt))
+            rows.append(make_row(path, "qemu-userspace", "linux-bridge", None, p, mdev, dt,
+                                 opts.count, opts.interval))
+    except (RuntimeError, AssertionError, vltest.TestTimeout) as e:
+        msg = "%s: failed: %s" % (path, str(e).strip().splitlines()[0] if str(e) else e)
+        log(msg)
+        errors.append(msg)
+
+
+def table(rows):
+    anchor = next((r["rtt_ns"]["avg"] for r in rows if r["path"] == "virtlink-poll"), None)
+    lines = ["%-20s %10s %10s %10s %10s %6s %14s" % ("path", "min us", "avg us", "max us",
+                                                      "mdev us", "loss", "avg/vl-poll")]
+    for r in rows:
+        t = r["rtt_ns"]
+        lines.append("%-20s %10.1f %10.1f %10.1f %10.1f %5g%% %14s" % (
+            r["path"], t["min"] / 1e3, t["avg"] / 1e3, t["max"] / 1e3,
+            r["ping"]["mdev_ns"] / 1e3, r["ping"]["loss_percent"],
+            "%.2fx" % (t["avg"] / anchor) if anchor else "-"))
+    return lines
+
+
+def qemu_version():
+    try:
+        return subprocess.run([vlguest.QEMU, "--version"], stdout=subprocess.PIPE,
+                              text=True).stdout.splitlines()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="virtlink bench ping", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--virtlink", required=True, help=argparse.SUPPRESS)
+    ap.add_argument("--json", help="write the bench JSON (INTERFACES.md) here")
+    ap.add_argument("--quick", action="store_true", help="200 pings per path (default 1000)")
+    ap.add_argument("--count", type=int, help="pings per path (1000; --quick 200)")
+    ap.add_argument("--interval", type=float, default=0.01, help="ping -i seconds (0.01)")
+    ap.add_argument("--paths", default="virtlink,qemu-userspace",
+                    help="virtlink (its three PMD modes) and/or qemu-userspace")
+    opts = ap.parse_args(argv)
+    vltest.VIRTLINK = os.path.abspath(opts.virtlink)
+    if opts.count is None:
+        opts.count = 200 if opts.quick else 1000
+    for f in ("vmlinuz", "initramfs.cpio.gz"):
+        if not os.path.exists(os.path.join(vlguest.IMAGE_DIR, f)):
+            raise SystemExit("ping: no guest image in %s (scripts/guest/build-guest.sh)"
+                             % vlguest.IMAGE_DIR)
+    # --virtlink is the binary `virtlink bench` passes itself; not part of the command.
+    args, skip = list(argv), set()
+    for i, a in enumerate(args):
+        if a == "--virtlink":
+            skip.update((i, i + 1))
+        elif a.startswith("--virtlink="):
+            skip.add(i)
+    command = "virtlink bench ping " + " ".join(shlex.quote(a) for i, a in enumerate(args)
+                                                if i not in skip)
+    command = command.rstrip()
+    version, anchors = report.versions(vltest.VIRTLINK)
+    anchors["qemu"] = qemu_version()
+    load0 = report.load_average()
+    t0 = time.time()
+    rows, errors = [], []
+    paths = [p.strip() for p in opts.paths.split(",")]
+    if "virtlink" in paths:
+        bench_virtlink(opts, rows, errors)
+    if "qemu-userspace" in paths:
+        bench_qemu_userspace(opts, rows, errors)
+    load1 = report.load_average()
+    note = ("rtt: iputils ping in guest g1 to g2, `ping -q -c %d -i %g`, after 5 warm-up "
+            "pings, static neighbour entries; min/avg/max/mdev as ping reports them; "
+            "avg/vl-poll: this path's avg RTT over virtlink-poll's. Guests run under TCG "
+            "(no KVM), so emulation dominates every RTT." % (opts.count, opts.interval))
+    print("virtlink bench ping   (%s, %s, %s)" % (time.strftime("%Y-%m-%d %H:%M"), version,
+                                                   anchors["qemu"]))
+    print("command: " + command)
+    print("core plan: " + CORE_PLAN)
+    print("load average at start %s, at end %s (2 CPUs: above 1 the numbers mean little)" %
+          (load0, load1))
+    print("\n".join(table(rows)))
+    print(note)
+    for e in errors:
+        print("not measured: " + e)
+    print("took %.0f s" % (time.time() - t0))
+    if opts.json:
+        report.write_json(opts.json, command, version, CORE_PLAN, rows, anchors=anchors,
+                          errors=errors, load_average={"start": load0, "end": load1},
+                          method={"count": opts.count, "interval_s": opts.interval,
+                                  "note": note})
+        print("wrote " + opts.json)
+    return 1 if (errors and not rows) else 0

@@ -1,0 +1,212 @@
+"""Results of the benches: bench JSON rows (INTERFACES.md "Bench JSON"), the machine and
+version record, text tables, and PNG plots drawn with gnuplot (Debian gnuplot-nox) into
+bench/results/.
+"""
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS_DIR = os.path.join(HERE, "results")
+
+ROW_KEYS = ("experiment", "topology", "switch", "mode", "policy", "pmd_mode", "vnfs", "flows",
+            "frame_size", "trial_s", "ndr_mpps", "pdr_mpps", "projected_ndr_mpps",
+            "cycles_per_packet", "latency_ns", "path", "offloads", "streams",
+            "throughput_mbps", "rtt_ns", "duration_s")
+LATENCY_KEYS = ("min", "avg", "max", "p50", "p99", "p999")
+
+
+def row(**kw):
+    """A bench JSON row: every documented key present (None where it does not apply), plus
+    any extra keys given."""
+    r = {k: None for k in ROW_KEYS}
+    r.update(kw)
+    return r
+
+
+def check_row(r):
+    missing = [k for k in ROW_KEYS if k not in r]
+    if missing:
+        raise ValueError("row misses %s" % missing)
+    if r["latency_ns"] is not None and set(r["latency_ns"]) != set(LATENCY_KEYS):
+        raise ValueError("latency_ns needs exactly %s" % (LATENCY_KEYS,))
+
+
+def load_average():
+    try:
+        with open("/proc/loadavg") as f:
+            return [float(x) for x in f.read().split()[:3]]
+    except OSError:
+        return None
+
+
+def machine():
+    cpu = ""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cpus": os.cpu_count(), "kernel": platform.release(),
+            "hostname": platform.node(), "load_average": load_average()}
+
+
+def package_version(pkg):
+    try:
+        out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", pkg],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                             timeout=5).stdout
+        return out.strip() or None
+    except Exception:
+        return None
+
+
+def versions(virtlink):
+    v = subprocess.run([virtlink, "--version"], stdout=subprocess.PIPE, text=True).stdout.strip()
+    return v, {"dpdk": package_version("dpdk"),
+               "openvswitch-switch-dpdk": package_version("openvswitch-switch-dpdk")}
+
+
+def write_json(path, command, version, core_plan, rows, **extra):
+    for r in rows:
+        check_row(r)
+    doc = {"command": command, "version": version, "machine": machine(),
+           "core_plan": core_plan, "rows": rows}
+    doc.update(extra)
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+
+
+def fmt_num(v, spec="%.3f", none="-"):
+    return none if v is None else spec % v
+
+
+def fmt_us(ns):
+    return "-" if ns is None else "%.1f" % (ns / 1000.0)
+
+
+def throughput_table(rows, virtlink_modes):
+    """NDR/PDR table: one block per frame size, one line per switch configuration, with
+    virtlink's NDR ratio to every other configuration (anchor) of the same run.
+
+    `virtlink_modes`: the virtlink modes to compare (e.g. ["xconnect", "bridge"]).
+    """
+    lines = []
+    sizes = sorted({r["frame_size"] for r in rows})
+    short = {"xconnect": "xc", "bridge": "br"}
+    ratio_cols = ["vl-%s/this" % short.get(m, m) for m in virtlink_modes]
+    hdr = "%-9s %-9s %6s %9s %9s %9s %11s %11s %9s" % (
+        "switch", "mode", "bytes", "NDR Mpps", "PDR Mpps", "lat@Mpps", "avg/p99 us",
+        "max us", "cyc/pkt")
+    hdr += "".join(" %10s" % c for c in ratio_cols)
+    lines.append(hdr)
+    for size in sizes:
+        block = [r for r in rows if r["frame_size"] == size]
+        vl = {r["mode"]: r for r in block if r["switch"] == "virtlink"}
+        for r in block:
+            lat = r["latency_ns"]
+            cyc = (r["cycles_per_packet"] or {}).get("switch")
+            ndr = fmt_num(r["ndr_mpps"]) + \
+                ("+" if r.get("ndr_gen_limited") or r.get("ndr_at_max") else "")
+            pdr = fmt_num(r["pdr_mpps"]) + \
+                ("+" if r.get("pdr_gen_limited") or r.get("pdr_at_max") else "")
+            line = "%-9s %-9s %6d %9s %9s %9s %11s %11s %9s" % (
+                r["switch"], r["mode"], size, ndr, pdr, fmt_num(r.get("latency_rate_mpps")),
+                "%s/%s" % (fmt_us(lat["avg"]), fmt_us(lat["p99"])) if lat else "-",
+                fmt_us(lat["max"]) if lat else "-", cyc if cyc is not None else "-")
+            for m in virtlink_modes:
+                v = vl.get(m)
+                if r["switch"] == "virtlink" or v is None or not r["ndr_mpps"] or \
+                        v["ndr_mpps"] is None:
+                    line += " %10s" % "-"
+                else:
+                    line += " %9.2fx" % (v["ndr_mpps"] / r["ndr_mpps"])
+            lines.append(line)
+    return lines
+
+
+# ---------------------------------------------------------------------------------------
+# Plots (gnuplot)
+
+def have_gnuplot():
+    return shutil.which("gnuplot") is not None
+
+
+def _gnuplot(script, data_files):
+    with tempfile.TemporaryDirectory(prefix="vlplot-") as d:
+        paths = {}
+        for name, text in data_files.items():
+            paths[name] = os.path.join(d, name)
+            with open(paths[name], "w") as f:
+                f.write(text)
+        script = script.format(**{k.replace(".", "_"): v for k, v in paths.items()})
+        r = subprocess.run(["gnuplot"], input=script, text=True, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=60)
+        if r.returncode != 0:
+            raise RuntimeError("gnuplot failed: " + r.stderr)
+
+
+def _label(r):
+    return "%s %s" % (r["switch"], r["mode"])
+
+
+def plot_throughput(rows, path, title):
+    """NDR (Mpps) against frame size, one line per switch configuration."""
+    configs = []
+    for r in rows:
+        if _label(r) not in configs:
+            configs.append(_label(r))
+    data = {}
+    plots = []
+    for i, c in enumerate(configs):
+        pts = sorted((r["frame_size"], r["ndr_mpps"]) for r in rows
+                     if _label(r) == c and r["ndr_mpps"] is not None)
+        name = "t%d.dat" % i
+        data[name] = "".join("%d %.6f\n" % p for p in pts)
+        plots.append("'{%s}' using 1:2 with linespoints title '%s'" % (name.replace(".", "_"), c))
+    if not plots:
+        return None
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    script = ("set terminal pngcairo size 900,560\nset output '%s'\nset title '%s'\n"
+              "set xlabel 'frame size (bytes)'\nset ylabel 'NDR (Mpps, all directions)'\n"
+              "set grid\nset key top right\nset yrange [0:*]\nplot %s\n" %
+              (path, title.replace("'", ""), ", ".join(plots)))
+    _gnuplot(script, data)
+    return path
+
+
+def plot_latency_cdf(hists, path, title):
+    """Latency CDFs: `hists` is {label: [(upper edge ns, count), ...]} (the generator's
+    histogram, merged over streams)."""
+    data = {}
+    plots = []
+    for i, (label, h) in enumerate(hists.items()):
+        total = sum(n for _, n in h)
+        if not total:
+            continue
+        acc = 0
+        text = ""
+        for edge, n in h:
+            acc += n
+            text += "%.3f %.6f\n" % (edge / 1000.0, acc / total)
+        name = "c%d.dat" % i
+        data[name] = text
+        plots.append("'{%s}' using 1:2 with steps title '%s'" % (name.replace(".", "_"), label))
+    if not plots:
+        return None
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    script = ("set terminal pngcairo size 900,560\nset output '%s'\nset title '%s'\n"
+              "set xlabel 'one-way latency (us, log scale)'\nset ylabel 'fraction of frames'\n"
+              "set logscale x\nset grid\nset key bottom right\nset yrange [0:1]\nplot %s\n" %
+              (path, title.replace("'", ""), ", ".join(plots)))
+    _gnuplot(script, data)
+    return path
