@@ -57,10 +57,33 @@ void PmdThread::stop() {
   if (!thread_.joinable()) return;
   stop_.store(true);
   wake();
+  // A thread blocked writing a front-end's fd would never see stop_ (and the watchdog runs
+  // on the control thread, which is here): interrupt it until it has left run().
+  while (!exited_.load(std::memory_order_acquire)) {
+    timespec ts{0, 10000000};
+    nanosleep(&ts, nullptr);
+    if (!exited_.load(std::memory_order_acquire)) interrupt();
+  }
   thread_.join();
 }
 
 void PmdThread::wake() { eventfd_write(wake_.get(), 1); }
+
+void PmdThread::interrupt() {
+  if (thread_.joinable()) pthread_kill(thread_.native_handle(), kInterruptSignal);
+}
+
+void PmdThread::check_stuck() {
+  const uint64_t p = passes();
+  if (p == watchdog_passes_ && !sleeping() && thread_.joinable()) {
+    VL_LOG_RL(spdlog::level::warn,
+              "pmd {}: no pass finished for a second (blocked writing a front-end's call fd?); "
+              "interrupting it",
+              index_);
+    interrupt();
+  }
+  watchdog_passes_ = p;
+}
 
 void PmdThread::watch_kick(uint32_t port, int fd) {
   // Edge-triggered: every eventfd write by the front-end queues an event, so the kick
@@ -83,6 +106,10 @@ bool PmdThread::try_sleep() {
     if (!vp->active()) continue;
     virtio::DeviceQueue* q = vp->dp().txq;
     if (!q || q->broken()) continue;
+    if (vp->dp().kickless) {  // nothing would wake us for this queue: keep polling
+      pending = true;
+      continue;
+    }
     q->set_kicks(true);
     if (q->pending() != 0) pending = true;
   }
@@ -157,6 +184,7 @@ void PmdThread::run() {
       }
     }
   }
+  exited_.store(true, std::memory_order_release);
 }
 
 PmdSet::PmdSet(SwitchTables* t, const std::vector<int>& cpus, PmdOptions opts) : tables_(t) {
@@ -179,7 +207,17 @@ PmdThread* PmdSet::owner_of(uint32_t port) const {
   return nullptr;
 }
 
+namespace {
+void on_interrupt_signal(int) {}  // only makes a blocked system call return EINTR
+}  // namespace
+
 bool PmdSet::start(std::string* err) {
+  // No SA_RESTART: a write a PMD thread is blocked in fails with EINTR (see pmd.h).
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;
+  sigaction(kInterruptSignal, &sa, nullptr);
   for (auto& t : threads_) {
     if (!t->start(err)) return false;
   }
@@ -198,11 +236,24 @@ void PmdSet::wait_quiescent() {
   seen.reserve(threads_.size());
   for (auto& t : threads_) seen.push_back(t->passes());
   for (size_t i = 0; i < threads_.size(); ++i) {
+    uint64_t next_interrupt = now_ns() + 10000000;
     while (threads_[i]->passes() == seen[i] && !threads_[i]->sleeping()) {
       timespec ts{0, 5000};
       nanosleep(&ts, nullptr);
+      // A pass takes microseconds; 10 ms means the thread is blocked on a front-end's fd
+      // (pmd.h "Watchdog"). Without this the control thread would wait here forever.
+      if (now_ns() >= next_interrupt) {
+        VL_LOG_RL(spdlog::level::warn, "pmd {}: pass blocked for 10 ms; interrupting it", i);
+        threads_[i]->interrupt();
+        next_interrupt = now_ns() + 10000000;
+      }
     }
   }
+}
+
+void PmdSet::watchdog() {
+  if (!running_) return;
+  for (auto& t : threads_) t->check_stuck();
 }
 
 void PmdSet::ports_changed() {

@@ -8,6 +8,13 @@
 //              `idle_us` microseconds without a packet.
 // Quiescence: each pass starts with a seq_cst increment of `passes`; a sleeping thread sets
 // `sleeping`. The control thread waits for one of the two before touching a paused port.
+// Watchdog: a pass never waits on a front-end, but a front-end can make the one write a
+// PMD thread does to its fds (the call eventfd) block forever. A thread that is awake and
+// has not finished a pass for 10 ms while the control thread waits for it, or for a whole
+// control tick, gets kInterruptSignal; the blocked write fails with EINTR and that queue
+// stops (DeviceQueue::signal).
+#include <signal.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -22,6 +29,11 @@
 namespace vl::dp {
 
 enum class PmdMode : uint8_t { kPoll, kInterrupt, kAdaptive };
+
+/// The signal that interrupts a PMD thread blocked in a system call on a front-end's fd
+/// (its handler does nothing and is installed without SA_RESTART). SIGURG's default action
+/// is to ignore it, so a stray one is harmless.
+inline constexpr int kInterruptSignal = SIGURG;
 const char* pmd_mode_name(PmdMode m);
 
 struct PmdOptions {
@@ -47,6 +59,12 @@ class PmdThread {
   uint64_t passes() const { return passes_.load(std::memory_order_seq_cst); }
   bool sleeping() const { return sleeping_.load(std::memory_order_seq_cst); }
   void wake();
+  /// Sends the thread kInterruptSignal: a system call it is blocked in (a write to a
+  /// front-end's call fd) returns EINTR. Harmless when it is not blocked.
+  void interrupt();
+  /// Watchdog step (control thread, once a tick): interrupts the thread if it is awake and
+  /// has not finished a pass since the previous call.
+  void check_stuck();
   /// Adds/removes a kick eventfd to this thread's epoll set (control thread).
   void watch_kick(uint32_t port, int fd);
   void unwatch_kick(int fd);
@@ -72,8 +90,10 @@ class PmdThread {
   std::thread thread_;
   UniqueFd epoll_, wake_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> exited_{false};  ///< run() returned (stop() interrupts it until then)
   std::atomic<uint64_t> passes_{0};
   std::atomic<bool> sleeping_{false};
+  uint64_t watchdog_passes_ = ~0ull;  ///< passes() at the previous check_stuck()
   std::atomic<uint64_t> busy_passes_{0}, sleeps_{0}, busy_cycles_{0}, packets_{0};
 };
 
@@ -89,6 +109,8 @@ class PmdSet final : public port::Quiescer {
   PmdThread* owner_of(uint32_t port) const;
 
   void wait_quiescent() override;
+  /// Called every second by the control thread: interrupts PMD threads stuck in a pass.
+  void watchdog();
   void ports_changed() override;
   void set_kick_fd(uint32_t port, int old_fd, int new_fd) override;
 

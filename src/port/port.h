@@ -58,6 +58,9 @@ struct PortDp {
   uint32_t hdr_len = 12;               ///< virtio-net header bytes on this port
   bool mrg_rxbuf = false;              ///< mergeable receive buffers negotiated
   uint32_t max_frame = virtio::kMaxFrameLen;  ///< largest frame deliverable (bytes)
+  /// The transmit queue has no kick fd (SET_VRING_KICK with the no-fd flag: the front-end
+  /// never kicks, vhost-user.rst), so a PMD thread serving it must poll, never sleep.
+  bool kickless = false;
 };
 
 /// Waits until no PMD thread is inside a port's datapath (an RCU-style grace period).

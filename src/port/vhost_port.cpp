@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,6 +19,14 @@
 namespace vl::port {
 
 using namespace vl::virtio;
+
+namespace {
+uint64_t mono_s() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec);
+}
+}  // namespace
 
 VhostPort::VhostPort(uint32_t id, VhostPortConfig cfg, Quiescer* q)
     : id_(id), cfg_(std::move(cfg)), quiescer_(q), backend_(this, [&] {
@@ -108,7 +117,20 @@ bool VhostPort::on_tick() {
     drop_connection("guest memory truncated");
     return true;
   }
-  if (cfg_.mode == SocketMode::kClient && !backend_.connected() && !down_) return try_connect();
+  if (backend_.connected() && (backend_.vring(vhost::kRxVring).q.call_blocked() ||
+                               backend_.vring(vhost::kTxVring).q.call_blocked())) {
+    // The front-end made its call fd block a PMD thread (every port on that thread stalled
+    // until the watchdog interrupted it, dp/pmd.h). Only a hostile front-end can do that, and
+    // it could do it again at once, so the port also refuses connections for a while.
+    hold_until_s_ = mono_s() + kHoldDownS;
+    spdlog::error("port {}: the front-end's call fd blocked the datapath; closing the connection "
+                  "and refusing new ones for {} s", cfg_.name, kHoldDownS);
+    drop_connection("call fd blocked the datapath");
+    return true;
+  }
+  if (cfg_.mode == SocketMode::kClient && !backend_.connected() && !down_ &&
+      mono_s() >= hold_until_s_)
+    return try_connect();
   return false;
 }
 
@@ -124,6 +146,10 @@ bool VhostPort::on_event() {
   if (!listen_.valid()) return false;
   UniqueFd c(accept4(listen_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
   if (!c.valid()) return false;
+  if (mono_s() < hold_until_s_) {  // held down (on_tick): c is closed at once
+    VL_LOG_RL(spdlog::level::warn, "port {}: connection refused while held down", cfg_.name);
+    return false;
+  }
   ++connects_;
   backend_.attach(std::move(c));
   spdlog::info("port {}: front-end connected on {}", cfg_.name, cfg_.path);
@@ -158,6 +184,7 @@ void VhostPort::resume_datapath() {
   uint32_t mtu = backend_.mtu();
   if (cfg_.mtu && (!mtu || cfg_.mtu < mtu)) mtu = cfg_.mtu;
   d.max_frame = mtu ? mtu + kEthHdrLen + 4 /* one VLAN tag */ : kMaxFrameLen;
+  d.kickless = d.txq && !tx.kick.valid();
   dp_ = d;
   kick_fd_ = tx.ready ? tx.kick.get() : -1;
   if (kick_fd_ >= 0) quiescer_->set_kick_fd(id_, -1, kick_fd_);

@@ -77,6 +77,9 @@ class VhostPort final : public vhost::DeviceHost {
   int kick_fd_ = -1;  ///< the transmit queue's kick fd registered with the PMD thread
   int pause_depth_ = 0;
   bool down_ = false;
+  /// Seconds a port refuses connections after its front-end blocked the datapath.
+  static constexpr uint64_t kHoldDownS = 30;
+  uint64_t hold_until_s_ = 0;  ///< CLOCK_MONOTONIC seconds; accept/connect only from then
   bool retry_logged_ = false;
   uint64_t connects_ = 0;
 };

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstring>
@@ -9,6 +10,29 @@
 #include <fmt/format.h>
 
 namespace vl::vhost {
+
+namespace {
+
+/// Most fds the kernel passes with one sendmsg (SCM_MAX_FD). read() makes room for all of
+/// them: fds that do not fit the control buffer are closed by the kernel itself, in this
+/// thread, before we could make their close harmless (see untrusted_fd_is_socket).
+constexpr size_t kMaxScmFds = 253;
+
+/// True if a front-end's fd is a socket, after making its close unable to block. No
+/// request virtlink serves carries a socket, and a socket is the kind of fd whose close()
+/// can wait: a TCP socket with SO_LINGER and unsent data makes close() wait up to the
+/// linger time the sender chose (seconds to years) - on the control thread, stopping every
+/// port's control plane, `ctl`, and SIGTERM handling. Lingering is turned off here, and the
+/// caller closes the socket at once and fails the connection, so no socket is ever kept.
+bool untrusted_fd_is_socket(int fd) {
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return false;
+  const linger off{0, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &off, sizeof off);
+  return true;
+}
+
+}  // namespace
 
 ReadStatus Channel::read(std::string* err) {
   if (failed_) {  // framing is lost after an error: never read on into msg_
@@ -34,7 +58,7 @@ ReadStatus Channel::read(std::string* err) {
     if (want == 0) return ReadStatus::kMessage;
 
     iovec iov{dst, want};
-    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * kMaxFds)];
+    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * kMaxScmFds)];
     msghdr mh{};
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
@@ -50,6 +74,7 @@ ReadStatus Channel::read(std::string* err) {
     }
     // Take ownership of every fd first, so none leaks whatever happens next.
     bool too_many = (mh.msg_flags & MSG_CTRUNC) != 0;
+    bool socket_fd = false;
     for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
       if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
       const size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -57,7 +82,10 @@ ReadStatus Channel::read(std::string* err) {
       for (size_t i = 0; i < k; ++i) {
         int fd;
         std::memcpy(&fd, fds + i, sizeof fd);
-        if (msg_.nfds < kMaxFds) {
+        if (untrusted_fd_is_socket(fd)) {
+          ::close(fd);
+          socket_fd = true;
+        } else if (msg_.nfds < kMaxFds) {
           msg_.fds[msg_.nfds++].reset(fd);
         } else {
           ::close(fd);
@@ -71,8 +99,9 @@ ReadStatus Channel::read(std::string* err) {
       failed_ = true;
       return ReadStatus::kError;
     }
-    if (too_many) {
-      *err = fmt::format("more than {} fds on one message", kMaxFds);
+    if (too_many || socket_fd) {
+      *err = socket_fd ? std::string("a socket passed as an fd")
+                       : fmt::format("more than {} fds on one message", kMaxFds);
       msg_.close_fds();
       failed_ = true;
       return ReadStatus::kError;

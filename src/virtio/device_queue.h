@@ -17,6 +17,7 @@
 // flags), whose addresses were checked when the ring was set up.
 #include <sys/eventfd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 
@@ -51,6 +52,7 @@ struct Chain {
   uint32_t seg_begin;  ///< first segment in the arena
   uint32_t nsegs;      ///< number of segments
   uint32_t len;        ///< total bytes of its buffers
+  uint32_t ndesc;      ///< descriptors read to walk it (direct and indirect): its cost
 };
 
 enum class PopStatus : uint8_t {
@@ -179,9 +181,26 @@ class DeviceQueue {
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
   }
 
+  /// Writes the call eventfd. The front-end shares that fd's open file description, so
+  /// whatever the back-end set up, it can clear O_NONBLOCK and fill the counter (or hand us
+  /// a pipe it never reads): the write then blocks the PMD thread, and with it every port
+  /// that thread serves and every pause of the control thread. The PMD watchdog
+  /// (dp/pmd.cpp) interrupts a thread stuck that long with a signal, so the write fails
+  /// with EINTR; this queue then stops for good (no more writes to that fd). A
+  /// well-behaved front-end's write never blocks, so EINTR cannot happen to it; EAGAIN
+  /// (counter full, non-blocking) is ignored: the driver has a notification pending.
   void signal() {
-    if (call_fd_ >= 0) eventfd_write(call_fd_, 1);
+    if (call_fd_ < 0) return;
+    if (eventfd_write(call_fd_, 1) != 0 && errno == EINTR) [[unlikely]] {
+      call_fd_ = -1;
+      broken_ = true;
+      __atomic_store_n(&call_blocked_, true, __ATOMIC_RELEASE);
+    }
   }
+  /// A write to the call fd blocked until the watchdog interrupted it: proof of a hostile
+  /// front-end (the port drops the connection). Sticky: survives attach(), so re-setting
+  /// the ring does not clear it; only a new DeviceQueue (a new connection) does.
+  bool call_blocked() const { return __atomic_load_n(&call_blocked_, __ATOMIC_ACQUIRE); }
 
  private:
   /// Appends the buffer [addr, addr+len) to the arena, split at region edges.
@@ -223,6 +242,7 @@ class DeviceQueue {
   bool event_idx_ = false;
   bool indirect_ = false;
   bool broken_ = false;
+  bool call_blocked_ = false;  ///< see call_blocked(); written by a PMD thread
   int call_fd_ = -1;
 };
 
@@ -241,8 +261,10 @@ PopStatus DeviceQueue::pop(SegmentArena& arena, Chain* chain) {
   uint32_t nsegs = 0;
   uint64_t total = 0;
   bool too_big = false;
+  uint32_t ndesc = 0;
 
   for (;;) {
+    ++ndesc;
     VringDesc d;
     std::memcpy(&d, &table[idx], sizeof d);
     compiler_barrier();  // item 13: only the local copy is used from here on
@@ -284,6 +306,7 @@ PopStatus DeviceQueue::pop(SegmentArena& arena, Chain* chain) {
   chain->seg_begin = arena.used;
   chain->nsegs = nsegs;
   chain->len = static_cast<uint32_t>(total);
+  chain->ndesc = ndesc;
   arena.used += nsegs;
   return PopStatus::kOk;
 }

@@ -138,6 +138,17 @@ DeliverStatus deliver_frame(DeviceQueue& q, SegmentArena& scratch, NetHdr hdr, u
   }
 
   // Mergeable receive buffers: spread the frame over as many chains as it takes.
+  //
+  // The work this frame may cost is bounded by the queue and the frame, never by how the
+  // driver shapes its chains: each pop may read up to 2 * size descriptors, and every avail
+  // entry may name the same queue-long chain of empty buffers, so without a bound one frame
+  // costs size^2 descriptor reads (2^30 at size 32768: seconds of a PMD thread shared with
+  // other ports; hostile-inputs.md item 17). A legitimate driver's chains in flight are
+  // disjoint and each descriptor holds at least a byte, so the chains of one frame read at
+  // most 2 * size descriptors plus one per byte of header and frame. Past that budget the
+  // receive queue is broken, like any other malformed receive chain.
+  const uint64_t budget = 2ull * q.size() + total;
+  uint64_t cost = first.ndesc;
   uint32_t hdr_left = hdr_len;
   const uint8_t* hdr_bytes = reinterpret_cast<const uint8_t*>(&hdr);
   uint16_t nbufs = 0;
@@ -150,13 +161,20 @@ DeliverStatus deliver_frame(DeviceQueue& q, SegmentArena& scratch, NetHdr hdr, u
     q.push_used(c.head, w);
     ++nbufs;
     if (!hdr_left && !frame_left) break;
-    if (!q.has_avail()) {
+    // Nothing is published while a frame is spread, so a driver cannot legitimately offer
+    // more than a queue's worth of buffers for it (and num_buffers has 16 bits).
+    if (nbufs >= q.size() || !q.has_avail()) {
       q.rewind(nbufs, nbufs);
       return q.broken() ? DeliverStatus::kBadRing : DeliverStatus::kNoBuffer;
     }
     if (!scratch.has_room_for_chain()) scratch.used = first.seg_begin + first.nsegs;
     st = q.pop<true>(scratch, &c);
     if (st != PopStatus::kOk) [[unlikely]] {
+      q.mark_broken();
+      return DeliverStatus::kBadRing;
+    }
+    cost += c.ndesc;
+    if (cost > budget) [[unlikely]] {
       q.mark_broken();
       return DeliverStatus::kBadRing;
     }

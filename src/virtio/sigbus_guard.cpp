@@ -28,11 +28,17 @@ void on_sigbus(int sig, siginfo_t* si, void*) {
   for (Slot& s : g_slots) {
     const uintptr_t st = s.start.load(std::memory_order_acquire);
     if (!st) continue;
-    if (a - st < s.len.load(std::memory_order_acquire)) {
-      const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-      void* p = reinterpret_cast<void*>(a & ~(page - 1));
-      if (mmap(p, page, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) !=
-          MAP_FAILED) {
+    const size_t len = s.len.load(std::memory_order_acquire);
+    if (a - st < len) {
+      // Replace the whole registered mapping (page-aligned), not only the faulting page: one
+      // fault per region however many pages were truncated, and one mapping instead of one
+      // per page. Page by page, a front-end that truncates a large region and offers
+      // buffers on every other page makes a PMD thread create tens of thousands of
+      // mappings a second (vm.max_map_count is 65530), after which mmap - here and in
+      // malloc - fails and the switch dies. The connection is dropped anyway (faulted()).
+      void* p = reinterpret_cast<void*>(st);
+      if (mmap(p, len, PROT_READ | PROT_WRITE,
+               MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) != MAP_FAILED) {
         s.faulted.store(true, std::memory_order_release);
         g_repairs.fetch_add(1, std::memory_order_relaxed);
         return;  // the faulting access is retried on the zero page

@@ -2,9 +2,10 @@
 // Survives a front-end that truncates the file behind its shared memory (ftruncate of a
 // memfd after SET_MEM_TABLE): our next access to those pages would raise SIGBUS and kill
 // the switch. A process-wide SIGBUS handler looks the faulting address up among the
-// registered guest mappings; if it is one, it maps a private zero page over the faulting
-// page (so the access completes, reading zeros or writing into a page nobody sees) and
-// marks the mapping as faulted. The owner polls faulted() and drops that connection.
+// registered guest mappings; if it is one, it maps private zero pages over that whole
+// mapping (so the access completes, reading zeros or writing into pages nobody sees; one
+// fault and one mapping per region, however many pages were truncated) and marks the
+// mapping as faulted. The owner polls faulted() and drops that connection.
 // A SIGBUS outside guest memory gets the default action (the process dies, as it should).
 #include <atomic>
 #include <cstddef>
