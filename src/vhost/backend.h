@@ -50,7 +50,7 @@ struct Vring {
   bool started = false;  ///< a SET_VRING_KICK arrived (fd or polling) and no GET_VRING_BASE since
   bool enabled = false;  ///< SET_VRING_ENABLE state
   bool ready = false;    ///< the datapath may use q (computed by refresh)
-  std::string why_not;   ///< why the ring is not ready, for `ctl ports`
+  std::string why_not = "not connected";  ///< why the ring is not ready, for `ctl ports`
 };
 
 /// Features and limits a back-end offers.
