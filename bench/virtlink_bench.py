@@ -2,229 +2,450 @@
 """virtlink's benchmark harness: `virtlink bench NAME [options]` runs this file.
 
 Benchmarks are not tests: they measure, print a table, and record results with the command
-that produced them (bench/results/). Every benchmark measures its anchors (other switches)
-in the same run, so ratios hold even though this machine's speed drifts by ~15%.
+that produced them (--json; plots in bench/results/). Every benchmark measures its anchors
+(other switches) in the same run, so ratios hold even though this machine's speed drifts.
 
-  ping       ping RTT between two QEMU guests through virtlink (poll, interrupt,
-             adaptive) and through QEMU's userspace networking (tap + Linux bridge)
-             (bench/ping_bench.py)
-  loopback   64 B and 1518 B loopback Mpps through virtlink (xconnect, bridge) and
-             through DPDK testpmd's vhost PMD (io forwarding) as the switch, with the
-             same traffic side: one testpmd with two virtio-user ports in io forwarding,
-             seeded with --tx-first, so frames circulate gen -> switch -> gen.
+  p2p, pvp, pvvp   RFC 2544 throughput (NDR: no loss; PDR: <= 0.5% loss) by binary search,
+                   then one-way latency at a fraction of NDR (90%), per frame size, for
+                   virtlink (xconnect; bridge in p2p) and the anchors DPDK testpmd (io
+                   forwarding between net_vhost ports) and OVS-DPDK (port-to-port flows,
+                   NORMAL). Traffic: `virtlink gen` (two ports, one stream each way).
+                     p2p   gen -> switch -> gen
+                     pvp   gen -> switch -> vnf -> switch -> gen
+                     pvvp  gen -> switch -> vnf -> switch -> vnf -> switch -> gen
+  loopback         the most a path carries when the traffic side sends as fast as the rings
+                   allow (back-pressure, no loss criterion): virtlink xconnect and bridge
+                   vs testpmd's vhost PMD. --traffic gen (default: `virtlink gen` at rate 0)
+                   or --traffic testpmd (the earlier variant: one testpmd, two virtio-user
+                   ports, io forwarding seeded with --tx-first, frames circulate).
 
-Core plan (2 CPUs): the switch's forwarding thread on CPU 1, the traffic side's
-forwarding lcore on CPU 0; each process's main lcore idles on the other CPU.
+Method (RFC 2544 section 26.1, as vsperf runs it, with shorter trials): each trial offers a
+constant rate for --trial seconds (default 2 s, --quick 1 s; vsperf uses 60 s) and counts
+every frame by its sequence number; the search starts at the maximum rate and bisects until
+the NDR and PDR intervals are narrower than --precision (default 2% of the maximum). The
+maximum is 2 x 10GbE line rate for the frame size, capped at 1.25 x what the path carried in
+a first back-pressured trial (so the search spends its trials where the answer is). A trial
+in which the generator itself fell behind its schedule (it offered less than 95% of the
+planned frames, e.g. while preempted) is repeated; if it stays short, that rate counts as
+failed and the result is marked '+' (a lower bound: generator-limited). NDR and PDR are the
+rates actually offered in the passing trials. Frames the switch did not take from the
+generator's transmit ring (1024 entries: the switch's receive queue) in time count as lost,
+as a full NIC receive ring would.
+Latency: one-way, TSC timestamps in every frame, sender and receiver in one process; min,
+avg, max and percentiles from a log-linear histogram (3% bucket width).
 """
 
 import argparse
-import json
 import os
-import platform
-import re
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "interop"))
 import vltest  # noqa: E402  (process management shared with the interop tests)
+import report  # noqa: E402
+import rfc2544  # noqa: E402
+import topologies  # noqa: E402
+import loopback_testpmd  # noqa: E402
 
-ROW_KEYS = ("experiment", "topology", "switch", "mode", "policy", "pmd_mode", "vnfs", "flows",
-            "frame_size", "trial_s", "ndr_mpps", "pdr_mpps", "projected_ndr_mpps",
-            "cycles_per_packet", "latency_ns", "path", "offloads", "streams",
-            "throughput_mbps", "rtt_ns", "duration_s")
-
-
-def row(**kw):
-    r = {k: None for k in ROW_KEYS}
-    r.update(kw)
-    return r
-
-
-def machine():
-    cpu = ""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cpus": os.cpu_count(), "kernel": platform.release(),
-            "hostname": platform.node()}
+ALL_SIZES = "64,128,256,512,1024,1280,1518"
+DEFAULT_SWITCHES = {
+    "p2p": "virtlink:xconnect,virtlink:bridge,testpmd:io,ovs-dpdk:xconnect,ovs-dpdk:normal",
+    "pvp": "virtlink:xconnect,testpmd:io,ovs-dpdk:xconnect,ovs-dpdk:normal",
+    "pvvp": "virtlink:xconnect,testpmd:io,ovs-dpdk:xconnect",
+}
 
 
-def testpmd_version():
-    try:
-        out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "dpdk"],
-                             stdout=subprocess.PIPE, text=True, timeout=5).stdout
-        return out.strip()
-    except Exception:
-        return None
+def log(msg):
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
 
 
-_PPS = re.compile(r"Rx-pps:\s+(\d+)")
+def line_rate_pps(size, gbps=10.0):
+    """Frames per second of one 10GbE direction: frame + FCS 4 + preamble/SFD 8 + IFG 12."""
+    return gbps * 1e9 / ((size + 24) * 8)
 
 
-def rx_pps_series(text, nports):
-    """Per --stats-period sample, the sum of Rx-pps over the traffic side's ports."""
-    vals = [int(x) for x in _PPS.findall(text)]
-    return [sum(vals[i:i + nports]) for i in range(0, len(vals) - nports + 1, nports)]
+def parse_precision(text, max_pps):
+    """'2%' of the maximum rate, or an absolute rate in pps ('50000', '50k', '0.05M')."""
+    t = text.strip().lower()
+    if t.endswith("%"):
+        return max_pps * float(t[:-1]) / 100.0
+    mult = 1.0
+    if t.endswith("k"):
+        mult, t = 1e3, t[:-1]
+    elif t.endswith("m"):
+        mult, t = 1e6, t[:-1]
+    return float(t) * mult
 
 
-class TrafficLoop:
-    """The traffic side: testpmd, two virtio-user ports, io forwarding, seeded with a burst."""
-
-    def __init__(self, tb, frame_size, sock_a, sock_b, server=False):
-        kw = {"server": 1} if server else {}
-        vdevs = ["net_virtio_user0,path=%s,queues=1,mac=02:00:00:00:00:0a%s" %
-                 (sock_a, ",server=1" if server else ""),
-                 "net_virtio_user1,path=%s,queues=1,mac=02:00:00:00:00:0b%s" %
-                 (sock_b, ",server=1" if server else "")]
-        del kw
-        args = ["--tx-first", "--txpkts=%d" % frame_size, "--eth-peer=0,02:00:00:00:00:0b",
-                "--eth-peer=1,02:00:00:00:00:0a"]
-        self.p = tb.start_testpmd("gen", vdevs, "io", args=args, stats_period=1,
-                                  interactive=False)
-
-    def mpps(self, warm_s, trial_s):
-        t_end = time.monotonic() + warm_s + trial_s + 0.5
-        while time.monotonic() < t_end:
-            if not self.p.alive():
-                raise RuntimeError("traffic testpmd exited:\n" + self.p.output()[-3000:])
-            time.sleep(0.2)
-        series = rx_pps_series(self.p.output(), 2)
-        n = int(trial_s)
-        samples = series[-n:] if len(series) >= n else series
-        if not samples:
-            raise RuntimeError("no rate samples from the traffic side")
-        return statistics.median(samples) / 1e6
+def parse_switches(text, topology):
+    out = []
+    for item in text.split(","):
+        kind, _, mode = item.strip().partition(":")
+        mode = mode or {"virtlink": "xconnect", "testpmd": "io", "ovs-dpdk": "xconnect"}.get(kind)
+        if kind not in ("virtlink", "testpmd", "ovs-dpdk"):
+            raise SystemExit("unknown switch %s (virtlink, testpmd, ovs-dpdk)" % kind)
+        if kind == "virtlink" and mode not in ("xconnect", "bridge"):
+            raise SystemExit("virtlink modes: xconnect, bridge")
+        if kind == "virtlink" and mode == "bridge" and topology != "p2p":
+            raise SystemExit("virtlink:bridge applies to p2p only (PVP through one bridge "
+                             "domain would loop; one domain per side is not in virtlink yet)")
+        if kind == "ovs-dpdk" and mode not in ("xconnect", "normal"):
+            raise SystemExit("ovs-dpdk modes: xconnect (port-to-port flows), normal")
+        if kind == "testpmd" and mode != "io":
+            raise SystemExit("testpmd mode: io")
+        out.append((kind, mode))
+    return out
 
 
-def run_virtlink(tb, mode, frame_size, warm_s, trial_s):
-    tb.start_switch(ports=["a", "b"], forward=mode, pmd_cores="1")
-    gen = TrafficLoop(tb, frame_size, tb.sock("a"), tb.sock("b"))
-    tb.wait_connected(["a", "b"])
-    time.sleep(warm_s)
-    p0 = tb.ctl("pmd-stats")[0]
-    mpps = gen.mpps(0, trial_s)
-    p1 = tb.ctl("pmd-stats")[0]
-    pk = p1["packets"] - p0["packets"]
-    cpp = (p1["busy_cycles"] - p0["busy_cycles"]) / pk if pk else None
-    return mpps, ({"switch_tsc": round(cpp)} if cpp else None)
+def available(kind):
+    if kind == "testpmd":
+        return topologies.have_testpmd()
+    if kind == "ovs-dpdk":
+        return topologies.have_ovs()
+    return True
 
 
-def run_testpmd_switch(tb, frame_size, warm_s, trial_s):
-    """DPDK testpmd as the switch: two net_vhost ports (server sockets), io forwarding on CPU 1."""
-    sa, sb = tb.sock("a"), tb.sock("b")
-    prefix = "vlbsw%d" % os.getpid()
-    tb.prefixes.append(prefix)
-    argv = [vltest.TESTPMD, "-l", "0,1", "--main-lcore", "0", "--no-huge", "-m", "1024",
-            "--no-pci", "--file-prefix", prefix,
-            "-d", os.path.join(vltest.PMD_DIR, "librte_net_vhost.so"),
-            "-d", os.path.join(vltest.PMD_DIR, "librte_mempool_ring.so"),
-            "--vdev", "net_vhost0,iface=%s,queues=1" % sa,
-            "--vdev", "net_vhost1,iface=%s,queues=1" % sb,
-            "--", "--no-mlockall", "--total-num-mbufs=16384", "--forward-mode=io", "-a",
-            "--stats-period", "1"]
-    sw = vltest.Proc("testpmd-switch", argv, tb.dir)
-    tb.procs.append(sw)
-    vltest._wait(lambda: os.path.exists(sa) and os.path.exists(sb), 20, "net_vhost sockets")
-    gen = TrafficLoop(tb, frame_size, sa, sb)
-    time.sleep(warm_s)
-    return gen.mpps(0, trial_s), None
+# ---------------------------------------------------------------------------------------
+# RFC 2544 benches: p2p, pvp, pvvp
+
+def measure_point(topo, label, size, opts):
+    """NDR/PDR search and the latency trial for one frame size. Returns (row fields, the
+    latency histogram)."""
+    tag = "[%s %s %dB]" % (topo.topology, label, size)
+    line = line_rate_pps(size) * 2  # both directions
+    if opts.max_mpps:
+        max_pps = opts.max_mpps * 1e6
+        cal_pps = None
+    else:
+        cal = topo.trial(0, size, opts.trial, flows=opts.flows)
+        cal_pps = cal.rx / cal.duration_s
+        log("%s calibration (back-pressured, as fast as possible): %.3f Mpps carried, "
+            "loss %d, gen TX %.0f cycles/frame" % (tag, cal_pps / 1e6, cal.lost,
+                                                   cal.doc.get("tx_cycles_per_packet", 0)))
+        if cal.rx == 0:
+            raise RuntimeError("%s no frame came back in the calibration trial" % tag)
+        max_pps = min(line, 1.25 * cal_pps)
+    precision = parse_precision(opts.precision, max_pps)
+    n = [0]
+
+    def trial_fn(rate):
+        n[0] += 1
+        run = topo.trial(rate, size, opts.trial, flows=opts.flows)
+        short = run.offered_fraction() < 1.0 - opts.max_short
+        t = rfc2544.Trial(rate, run.loss, not short, run)
+        verdict = ("INVALID: generator offered %.1f%% of the plan" % (100 * run.offered_fraction())
+                   if short else "%s NDR, %s PDR" % ("pass" if run.loss == 0 else "fail",
+                                                    "pass" if run.loss <= opts.pdr_loss / 100
+                                                    else "fail"))
+        log("%s trial %d at %.3f Mpps: offered %.3f Mpps, lost %d of %d (%.4f%%; %d at a full "
+            "ring), %s" % (tag, n[0], rate / 1e6, run.offered_pps / 1e6, run.lost, run.offered,
+                           100 * run.loss, run.ring_full, verdict))
+        return t
+
+    res = rfc2544.search(trial_fn, max_pps, precision, pdr_loss=opts.pdr_loss / 100.0,
+                         retries=opts.retries, max_trials=opts.max_trials)
+    # Report what was offered in the passing trials (the nominal rate less the slots the
+    # generator skipped while it was preempted: at most --max-short).
+    ndr = res.ndr_trial.info.offered_pps if res.ndr_trial is not None else 0.0
+    pdr = res.pdr_trial.info.offered_pps if res.pdr_trial is not None else 0.0
+    lat, hist, lat_rate = None, [], None
+    if ndr > 0 and opts.latency_fraction > 0:
+        lat_rate = ndr * opts.latency_fraction
+        run = topo.trial(lat_rate, size, opts.trial, flows=opts.flows)
+        lat, hist = run.latency, run.histogram
+        log("%s latency trial at %.3f Mpps (%.0f%% of NDR): lost %d, one-way ns %s" % (
+            tag, lat_rate / 1e6, 100 * opts.latency_fraction, run.lost, lat))
+    cycles = res.ndr_trial.info.cycles if res.ndr_trial is not None else None
+    log("%s NDR %.3f Mpps%s, PDR %.3f Mpps%s (offered; %d trials)" % (
+        tag, ndr / 1e6, " (generator-limited)" if res.ndr_gen_limited else "",
+        pdr / 1e6, " (generator-limited)" if res.pdr_gen_limited else "", len(res.trials)))
+    fields = dict(
+        ndr_mpps=round(ndr / 1e6, 4), pdr_mpps=round(pdr / 1e6, 4),
+        cycles_per_packet=cycles, latency_ns=lat,
+        ndr_gen_limited=res.ndr_gen_limited, pdr_gen_limited=res.pdr_gen_limited,
+        # Passed at the search's maximum: the true value may be higher.
+        ndr_at_max=res.ndr >= max_pps, pdr_at_max=res.pdr >= max_pps,
+        latency_rate_mpps=round(lat_rate / 1e6, 4) if lat_rate else None,
+        search={"max_mpps": round(max_pps / 1e6, 4),
+                "calibration_mpps": round(cal_pps / 1e6, 4) if cal_pps is not None else None,
+                "precision_mpps": round(precision / 1e6, 4),
+                "pdr_loss_percent": opts.pdr_loss,
+                "ndr_nominal_mpps": round(res.ndr / 1e6, 4),
+                "pdr_nominal_mpps": round(res.pdr / 1e6, 4),
+                "ndr_interval_mpps": [round(x / 1e6, 4) for x in res.ndr_interval],
+                "pdr_interval_mpps": [round(x / 1e6, 4) for x in res.pdr_interval],
+                "queue_size": opts.queue_size,
+                "trials": [{"mpps": round(t.rate / 1e6, 4), "loss": t.loss, "valid": t.valid,
+                            "offered_mpps": round(t.info.offered_pps / 1e6, 4)}
+                           for t in res.trials]})
+    return fields, hist
 
 
-def bench_loopback(opts):
+def bench_rfc2544(opts):
+    topology = opts.name
+    sizes = [int(x) for x in opts.frame_sizes.split(",")]
+    configs = parse_switches(opts.switches or DEFAULT_SWITCHES[topology], topology)
+    rows, hists, errors, diagnostics = [], {}, [], {}
+    n_vnfs = len(topologies.TOPOLOGIES[topology][1])
+    # Consecutive OVS configurations that differ only in their flows share one OVS
+    # instance (its start-up takes seconds): the flows are replaced in place.
+    groups = []
+    for kind, mode in configs:
+        if groups and groups[-1][0] == kind == "ovs-dpdk" and \
+                topologies.OvsSwitch._bridges_for(mode, topologies.TOPOLOGIES[topology][0]) == \
+                topologies.OvsSwitch._bridges_for(groups[-1][1][0],
+                                                  topologies.TOPOLOGIES[topology][0]):
+            groups[-1][1].append(mode)
+        else:
+            groups.append((kind, [mode]))
+    for kind, modes in groups:
+        if not available(kind):
+            msg = "%s: not installed (scripts/install-deps.sh), skipped" % kind
+            log(msg)
+            errors.append(msg)
+            continue
+        label = "%s/%s" % (kind, modes[0])
+        try:
+            with vltest.Testbed(None) as tb:
+                sw = topologies.make_switch(tb, kind, modes[0])
+                topo = topologies.Topology(tb, topology, sw, queue_size=opts.queue_size)
+                t0 = time.time()
+                topo.start()
+                topo.start_gen()
+                log("[%s %s] started in %.1f s" % (topology, label, time.time() - t0))
+                for mode in modes:
+                    label = "%s/%s" % (kind, mode)
+                    if mode != sw.mode:
+                        sw.set_mode(mode)
+                    for size in sizes:
+                        fields, hist = measure_point(topo, label, size, opts)
+                        rows.append(report.row(
+                            experiment=topology, topology=topology, switch=kind, mode=mode,
+                            policy="rx-batch" if kind == "virtlink" else None,
+                            pmd_mode="poll", vnfs=n_vnfs, flows=opts.flows, frame_size=size,
+                            trial_s=opts.trial,
+                            vnf_pmd_mode="interrupt" if n_vnfs else None, **fields))
+                        if hist:
+                            hists.setdefault(size, {})[label] = hist
+                # Where frames were lost, over all trials: the switch's drops by reason
+                # (virtlink) and the VNFs' counters.
+                diag = {}
+                if kind == "virtlink":
+                    diag["switch_ports"] = {
+                        n: {k: p[k] for k in ("rx_packets", "tx_packets", "drops")}
+                        for n, p in tb.switch_stats().items()}
+                diag["vnfs"] = topo.vnf_stats()
+                diagnostics["%s/%s" % (kind, "+".join(modes))] = diag
+                topo.stop()
+        except (RuntimeError, vltest.TestTimeout, AssertionError) as e:
+            msg = "%s: failed: %s" % (label, str(e).strip().splitlines()[0] if str(e) else e)
+            log(msg)
+            errors.append(msg)
+    return rows, hists, errors, diagnostics
+
+
+# ---------------------------------------------------------------------------------------
+# loopback
+
+def bench_loopback_gen(opts):
     sizes = [int(x) for x in opts.frame_sizes.split(",")]
     runs = 1 if opts.quick else opts.runs
     configs = [("virtlink", "xconnect"), ("virtlink", "bridge"), ("testpmd", "io")]
     results = {}
-    total = len(sizes) * len(configs) * runs
-    done = 0
-    for size in sizes:
-        for sw, mode in configs:
-            vals, cpps = [], []
-            for r in range(runs):
-                done += 1
-                sys.stderr.write("\r[%d/%d] %s %s %d B run %d ...   " % (done, total, sw, mode,
-                                                                      size, r + 1))
-                sys.stderr.flush()
-                with vltest.Testbed(None) as tb:
-                    if sw == "virtlink":
-                        m, c = run_virtlink(tb, mode, size, opts.warm, opts.trial)
-                    else:
-                        m, c = run_testpmd_switch(tb, size, opts.warm, opts.trial)
-                vals.append(m)
-                if c:
-                    cpps.append(c["switch_tsc"])
-            results[(sw, mode, size)] = (statistics.median(vals), vals,
-                                         round(statistics.median(cpps)) if cpps else None)
-    sys.stderr.write("\n")
+    for kind, mode in configs:
+        if not available(kind):
+            log("%s: not installed, skipped" % kind)
+            continue
+        with vltest.Testbed(None) as tb:
+            topo = topologies.Topology(tb, "p2p", topologies.make_switch(tb, kind, mode))
+            topo.start()
+            topo.start_gen()
+            for size in sizes:
+                vals, cpps = [], []
+                topo.trial(0, size, min(1.0, opts.trial))  # warm-up
+                for r in range(runs):
+                    run = topo.trial(0, size, opts.trial)
+                    mpps = run.rx / run.duration_s / 1e6
+                    log("[loopback %s/%s %dB] run %d: %.3f Mpps carried (gen TX %.0f "
+                        "cycles/frame)" % (kind, mode, size, r + 1, mpps,
+                                           run.doc.get("tx_cycles_per_packet", 0)))
+                    vals.append(mpps)
+                    if run.cycles:
+                        cpps.append(run.cycles["switch"])
+                results[(kind, mode, size)] = (statistics.median(vals), vals,
+                                               round(statistics.median(cpps)) if cpps else None)
+            topo.stop()
+    return loopback_table(results, sizes, configs, opts, "gen")
 
+
+def loopback_table(results, sizes, configs, opts, traffic):
     rows = []
     lines = ["%-10s %-9s %6s %10s %12s %14s %s" % ("switch", "mode", "bytes", "Mpps",
                                                     "vs testpmd", "cycles/pkt", "runs")]
     for size in sizes:
-        anchor = results[("testpmd", "io", size)][0]
+        anchor = results.get(("testpmd", "io", size), (None,))[0]
         for sw, mode in configs:
+            if (sw, mode, size) not in results:
+                continue
             med, vals, cpp = results[(sw, mode, size)]
             ratio = med / anchor if anchor else None
-            lines.append("%-10s %-9s %6d %10.2f %12s %14s %s" % (
+            lines.append("%-10s %-9s %6d %10.3f %12s %14s %s" % (
                 sw, mode, size, med, "%.2fx" % ratio if ratio else "-",
-                cpp if cpp is not None else "-", " ".join("%.2f" % v for v in vals)))
-            rows.append(row(experiment="loopback", topology="p2p", switch=sw, mode=mode,
-                            policy="rx-batch" if sw == "virtlink" else None, pmd_mode="poll",
-                            frame_size=size, trial_s=opts.trial,
-                            cycles_per_packet={"switch_tsc": cpp} if cpp else None,
-                            mpps=round(med, 3), mpps_runs=[round(v, 3) for v in vals],
-                            ratio_to_testpmd=round(ratio, 3) if ratio else None))
+                cpp if cpp is not None else "-", " ".join("%.3f" % v for v in vals)))
+            rows.append(report.row(
+                experiment="loopback", topology="p2p", switch=sw, mode=mode,
+                policy="rx-batch" if sw == "virtlink" else None, pmd_mode="poll", vnfs=0,
+                flows=1, frame_size=size, trial_s=opts.trial,
+                cycles_per_packet={"switch": cpp} if cpp else None,
+                mpps=round(med, 4), mpps_runs=[round(v, 4) for v in vals],
+                ratio_to_testpmd=round(ratio, 3) if ratio else None, traffic=traffic))
     return rows, lines
 
 
-CORE_PLAN = ("switch under test (virtlink PMD thread, or testpmd's forwarding lcore) busy-polls "
-             "on CPU 1; the traffic side (testpmd, two virtio-user ports, io forwarding) "
-             "busy-polls on CPU 0; each testpmd's main lcore sleeps on the other CPU")
-
+# ---------------------------------------------------------------------------------------
 
 def main():
-    if len(sys.argv) > 1 and sys.argv[1] == "ping":
+    if sys.argv[1:2] == ["ping"]:  # guest ping RTT: its own module and options
         import ping_bench
         return ping_bench.main(sys.argv[2:])
     ap = argparse.ArgumentParser(prog="virtlink bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("name", choices=["loopback"])
+    ap.add_argument("name", choices=["p2p", "pvp", "pvvp", "loopback"])
     ap.add_argument("--virtlink", required=True, help=argparse.SUPPRESS)
     ap.add_argument("--json", help="write the bench JSON (INTERFACES.md) here")
-    ap.add_argument("--quick", action="store_true", help="one run per point (under 3 minutes)")
-    ap.add_argument("--frame-sizes", default="64,1518", help="comma-separated bytes")
-    ap.add_argument("--trial", type=float, default=5.0, help="seconds measured per run")
-    ap.add_argument("--warm", type=float, default=2.0, help="seconds before measuring")
-    ap.add_argument("--runs", type=int, default=3, help="runs per point (median reported)")
+    ap.add_argument("--quick", action="store_true",
+                    help="64 and 1518 B, 1 s trials, 10%% precision (under 3 minutes)")
+    ap.add_argument("--frame-sizes", help="comma-separated bytes (default %s; loopback and "
+                    "--quick: 64,1518)" % ALL_SIZES)
+    ap.add_argument("--switches", help="comma-separated KIND:MODE of virtlink:xconnect, "
+                    "virtlink:bridge (p2p), testpmd:io, ovs-dpdk:xconnect, ovs-dpdk:normal "
+                    "(default: all that apply)")
+    ap.add_argument("--trial", type=float, help="seconds per trial (default 2; --quick 1; "
+                    "vsperf uses 60)")
+    ap.add_argument("--precision", help="search resolution: PERCENT%% of the maximum rate or "
+                    "an absolute rate (50k, 0.1M) in frames/s (default 2%%; --quick 10%%)")
+    ap.add_argument("--max-mpps", type=float, help="maximum offered rate, all directions "
+                    "(default: min(2 x 10GbE line rate, 1.25 x a back-pressured trial))")
+    ap.add_argument("--pdr-loss", type=float, default=0.5, help="PDR loss, percent (0.5)")
+    ap.add_argument("--latency-fraction", type=float, default=0.9,
+                    help="latency trial at this fraction of NDR (0.9; 0 skips it)")
+    ap.add_argument("--flows", type=int, default=1, help="flows per stream (1)")
+    ap.add_argument("--retries", type=int, help="repeats of a trial the generator could not "
+                    "offer (2; --quick 1)")
+    ap.add_argument("--max-short", type=float, default=0.05,
+                    help="a trial is invalid when the generator offered less than "
+                    "1 - this of its planned frames (0.05)")
+    ap.add_argument("--queue-size", type=int, default=1024,
+                    help="entries of the generator's rings (1024: the switch's receive "
+                    "queue from the generator, as deep as a NIC's)")
+    ap.add_argument("--max-trials", type=int, default=30, help="per search (30)")
+    ap.add_argument("--runs", type=int, default=3, help="loopback: runs per point (median)")
+    ap.add_argument("--warm", type=float, default=2.0, help="loopback --traffic testpmd: "
+                    "seconds before measuring")
+    ap.add_argument("--traffic", choices=["gen", "testpmd"], default="gen",
+                    help="loopback: traffic side (gen)")
+    ap.add_argument("--plot-dir", default=report.RESULTS_DIR,
+                    help="where PNG plots go (bench/results)")
+    ap.add_argument("--no-plot", action="store_true")
     opts = ap.parse_args()
     vltest.VIRTLINK = os.path.abspath(opts.virtlink)
-    command = "virtlink bench " + " ".join(shlex.quote(a) for a in sys.argv[1:]
-                                           if not a.startswith("--virtlink") and a != opts.virtlink)
+    if opts.frame_sizes is None:
+        opts.frame_sizes = "64,1518" if (opts.quick or opts.name == "loopback") else ALL_SIZES
+    if opts.trial is None:
+        opts.trial = (1.0 if opts.quick else 2.0) if opts.name != "loopback" else \
+            (2.0 if opts.quick else 5.0)
+    if opts.precision is None:
+        opts.precision = "10%" if opts.quick else "2%"
+    if opts.retries is None:
+        opts.retries = 1 if opts.quick else 2
+    if opts.quick and opts.max_trials > 12:
+        opts.max_trials = 12  # keeps --quick under 3 minutes on a noisy machine
+    argv = sys.argv[1:]
+    skip = set()
+    for i, a in enumerate(argv):
+        if a == "--virtlink":
+            skip.update((i, i + 1))
+        elif a.startswith("--virtlink="):
+            skip.add(i)
+    command = "virtlink bench " + " ".join(shlex.quote(a) for i, a in enumerate(argv)
+                                           if i not in skip)
+    version, anchors = report.versions(vltest.VIRTLINK)
+    load0 = report.load_average()
     t0 = time.time()
-    rows, lines = bench_loopback(opts)
-    print("virtlink bench %s   (%s)" % (opts.name, time.strftime("%Y-%m-%d %H:%M")))
-    print("core plan: " + CORE_PLAN)
+    errors, plots, diagnostics = [], [], {}
+    if opts.name == "loopback":
+        if opts.traffic == "gen":
+            core_plan = ("switch under test (virtlink PMD thread or testpmd's forwarding lcore) "
+                         "busy-polls on CPU 1; the traffic side (virtlink gen, one thread, "
+                         "sending as fast as the rings allow) busy-polls on CPU 0")
+            rows, lines = bench_loopback_gen(opts)
+        else:
+            core_plan = loopback_testpmd.CORE_PLAN
+            rows, lines = loopback_testpmd.bench(opts, loopback_table)
+        note = ("Mpps: frames the traffic side received per second over the trial, both "
+                "directions; cycles/pkt: the switch's forwarding thread's busy TSC cycles per "
+                "frame (virtlink: its own counter; testpmd: --record-core-cycles, with "
+                "--traffic gen)")
+    else:
+        core_plan = topologies.CORE_PLAN
+        rows, hists, errors, diagnostics = bench_rfc2544(opts)
+        lines = report.throughput_table(
+            rows, ["xconnect", "bridge"] if opts.name == "p2p" else ["xconnect"])
+        note = ("NDR/PDR: Mpps over both directions (PDR: <= %.2g%% loss), offered in the passing "
+                "trial; '+': a lower bound (the generator could not offer more, or it passed at "
+                "the search maximum); lat@Mpps: the rate of the latency "
+                "trial (%.0f%% of NDR); avg/p99/max: one-way latency there; cyc/pkt: the "
+                "switch PMD's TSC cycles per frame at NDR (virtlink: its own counter; "
+                "OVS: pmd-stats-show; testpmd: --record-core-cycles); vl-xc/this (vl-br/this): "
+                "virtlink xconnect's (bridge's) NDR over this line's NDR. Trials of %.3g s "
+                "(vsperf: 60 s)." % (
+                    opts.pdr_loss, 100 * opts.latency_fraction, opts.trial))
+        if not opts.no_plot and report.have_gnuplot() and rows:
+            name = opts.name + ("-quick" if opts.quick else "")
+            try:
+                if len({r["frame_size"] for r in rows}) > 1:
+                    p = report.plot_throughput(rows, os.path.join(opts.plot_dir, name + "-ndr.png"),
+                                               "%s NDR vs frame size (%s)" % (opts.name, version))
+                    plots.append(p)
+                for size, h in sorted(hists.items()):
+                    p = report.plot_latency_cdf(
+                        h, os.path.join(opts.plot_dir, "%s-latency-%d.png" % (name, size)),
+                        "%s one-way latency at %.0f%% of NDR, %d B" % (
+                            opts.name, 100 * opts.latency_fraction, size))
+                    plots.append(p)
+            except RuntimeError as e:
+                log("plot: %s" % e)
+    load1 = report.load_average()
+    print("virtlink bench %s   (%s, %s)" % (opts.name, time.strftime("%Y-%m-%d %H:%M"), version))
+    print("core plan: " + core_plan)
+    print("load average at start %s, at end %s (2 CPUs: above 1 the numbers mean little)" %
+          (load0, load1))
     print("\n".join(lines))
-    print("cycles/pkt: TSC cycles of the switch's PMD thread in passes that forwarded frames, "
-          "per frame (virtlink's own counter)")
+    print(note)
+    for e in errors:
+        print("not measured: " + e)
+    for p in plots:
+        if p:
+            print("plot: " + p)
     print("took %.0f s" % (time.time() - t0))
     if opts.json:
-        ver = subprocess.run([vltest.VIRTLINK, "--version"], stdout=subprocess.PIPE,
-                             text=True).stdout.strip()
-        doc = {"command": command, "version": ver, "machine": machine(),
-               "anchors": {"dpdk": testpmd_version()}, "core_plan": CORE_PLAN, "rows": rows}
-        with open(opts.json, "w") as f:
-            json.dump(doc, f, indent=2)
+        report.write_json(opts.json, command, version, core_plan, rows, anchors=anchors,
+                          errors=errors, load_average={"start": load0, "end": load1},
+                          method={"trial_s": opts.trial, "precision": opts.precision,
+                                  "pdr_loss_percent": opts.pdr_loss,
+                                  "latency_fraction": opts.latency_fraction,
+                                  "max_short": opts.max_short, "retries": opts.retries,
+                                  "queue_size": opts.queue_size,
+                                  "note": note},
+                          diagnostics=diagnostics)
         print("wrote " + opts.json)
+    return 1 if (errors and not rows) else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,5 +1,7 @@
 #include <cstdio>
 #include <fstream>
+#include <iostream>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -10,7 +12,8 @@
 namespace vl::cli {
 
 void add_gen_command(CLI::App& app, GenArgs& a) {
-  CLI::App* g = app.add_subcommand("gen", "Traffic generator: paced frames through vhost-user ports");
+  CLI::App* g =
+      app.add_subcommand("gen", "Traffic generator: paced frames through vhost-user ports");
   g->add_option("--port", a.ports,
                 "NAME=vhost-user-client:PATH (gen connects) or NAME=vhost-user:PATH (gen listens); "
                 "ports pair 1<->2, 3<->4; optional ,mac=aa:bb:cc:dd:ee:ff")
@@ -26,7 +29,93 @@ void add_gen_command(CLI::App& app, GenArgs& a) {
   g->add_option("--queue-size", a.queue_size, "virtqueue entries (256)");
   g->add_option("--cpu", a.cpu, "pin the generator to this CPU");
   g->add_option("--json", a.json_file, "write the results as JSON");
+  g->add_option("--max-lag", a.max_lag,
+                "slots the generator may fall behind its schedule before it skips them "
+                "(default: queue size / 4)");
+  g->add_flag("--serve", a.serve,
+              "keep the ports open and run one trial per line read from standard input: "
+              "'run RATE SIZE DURATION FLOWS JSONFILE' (SIZE a number or imix; the buffers fit "
+              "the --size given at start, at least 1518 B); prints 'done JSONFILE' or "
+              "'error MESSAGE'; 'quit' or end of input stops");
 }
+
+namespace {
+
+void print_result(const gen::GenResult& r) {
+  for (const auto& s : r.streams) {
+    fmt::print(
+        "stream {}->{}: offered {} (tx {} + ring full {}; {} late slots skipped of {}) rx {} "
+        "lost {} dup {} reordered {} interval {:.1f} ns latency ns min {} avg {:.0f} "
+        "p50 {} p99 {} p99.9 {} max {}\n",
+        s.tx_port, s.rx_port, s.offered, s.tx, s.tx_ring_full, s.late_skipped, s.planned, s.rx,
+        s.lost, s.duplicates, s.reordered, s.mean_interval_ns, s.latency.min(), s.latency.mean(),
+        s.latency.percentile(0.5), s.latency.percentile(0.99), s.latency.percentile(0.999),
+        s.latency.max());
+  }
+  fmt::print(
+      "clock: TSC {:.3f} GHz calibrated against CLOCK_MONOTONIC_RAW (resolution {:.2f} ns); "
+      "TX {:.0f} cycles/frame: one-core ceiling {:.1f} Mpps\n",
+      r.tsc_hz / 1e9, 1e9 / r.tsc_hz, r.tx_cycles_per_packet, r.ceiling_mpps);
+}
+
+bool write_json(const gen::GenResult& r, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << r.to_json().dump(2) << "\n";
+    if (!f) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+bool parse_size(const std::string& s, uint32_t* out) {
+  if (s == "imix") {
+    *out = 0;
+    return true;
+  }
+  try {
+    size_t pos = 0;
+    const unsigned long v = std::stoul(s, &pos);
+    if (pos != s.size() || v < gen::kMinFrame || v > gen::kMaxFrame) return false;
+    *out = static_cast<uint32_t>(v);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// --serve: one trial per command line on stdin, ports kept open between trials.
+int serve(gen::Generator& g) {
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::istringstream in(line);
+    std::string cmd, size, path;
+    in >> cmd;
+    if (cmd.empty()) continue;
+    if (cmd == "quit") break;
+    double rate = 0, duration = 0;
+    uint32_t flows = 0, fs = 0;
+    std::string err;
+    if (cmd != "run" || !(in >> rate >> size >> duration >> flows >> path) ||
+        !parse_size(size, &fs)) {
+      err = "expected: run RATE SIZE DURATION FLOWS JSONFILE";
+    } else if (g.set_trial(rate, fs, flows, duration, &err)) {
+      const gen::GenResult r = g.run();
+      print_result(r);
+      if (write_json(r, path)) {
+        fmt::print("done {}\n", path);
+        std::fflush(stdout);
+        continue;
+      }
+      err = "cannot write " + path;
+    }
+    fmt::print("error {}\n", err);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
 
 int run_gen(const GenArgs& a) {
   gen::GenConfig c;
@@ -40,13 +129,15 @@ int run_gen(const GenArgs& a) {
     }
     const auto eq = s.find('='), colon = s.find(':', eq == std::string::npos ? 0 : eq);
     if (eq == std::string::npos || colon == std::string::npos) {
-      spdlog::error("--port {}: expected NAME=vhost-user-client:PATH or NAME=vhost-user:PATH", spec);
+      spdlog::error("--port {}: expected NAME=vhost-user-client:PATH or NAME=vhost-user:PATH",
+                    spec);
       return 2;
     }
     p.name = s.substr(0, eq);
     const std::string type = s.substr(eq + 1, colon - eq - 1);
     p.path = s.substr(colon + 1);
-    if (type == "vhost-user") p.server = true;
+    if (type == "vhost-user")
+      p.server = true;
     else if (type != "vhost-user-client") {
       spdlog::error("--port {}: unknown type {}", spec, type);
       return 2;
@@ -58,13 +149,9 @@ int run_gen(const GenArgs& a) {
     p.queue_size = a.queue_size;
     c.ports.push_back(p);
   }
-  if (a.size == "imix") c.frame_size = 0;
-  else {
-    c.frame_size = static_cast<uint32_t>(std::stoul(a.size));
-    if (c.frame_size < gen::kMinFrame || c.frame_size > gen::kMaxFrame) {
-      spdlog::error("--size {} outside {}..{}", c.frame_size, gen::kMinFrame, gen::kMaxFrame);
-      return 2;
-    }
+  if (!parse_size(a.size, &c.frame_size)) {
+    spdlog::error("--size {}: expected imix or {}..{}", a.size, gen::kMinFrame, gen::kMaxFrame);
+    return 2;
   }
   c.rate_pps = a.rate_pps;
   if (a.rate_percent > 0) {
@@ -77,26 +164,26 @@ int run_gen(const GenArgs& a) {
   c.unidirectional = a.unidirectional;
   c.learn = !a.no_learn;
   c.cpu = a.cpu;
+  c.max_lag_slots = a.max_lag;
   gen::Generator g(c);
   std::string err;
   if (!g.open(&err)) {
     spdlog::error("gen: {}", err);
     return 1;
   }
+  if (a.serve) {
+    fmt::print("ready\n");
+    std::fflush(stdout);
+    const int rc = serve(g);
+    g.close();
+    return rc;
+  }
   const gen::GenResult r = g.run();
   g.close();
-  for (const auto& s : r.streams) {
-    fmt::print("stream {}->{}: tx {} rx {} lost {} dup {} reordered {} latency ns min {} avg {:.0f} "
-               "p50 {} p99 {} p99.9 {} max {}\n",
-               s.tx_port, s.rx_port, s.tx, s.rx, s.lost, s.duplicates, s.reordered,
-               s.latency.min(), s.latency.mean(), s.latency.percentile(0.5),
-               s.latency.percentile(0.99), s.latency.percentile(0.999), s.latency.max());
-  }
-  fmt::print("clock: TSC {:.3f} GHz calibrated against CLOCK_MONOTONIC_RAW (resolution {:.2f} ns); "
-             "TX {:.0f} cycles/frame: one-core ceiling {:.1f} Mpps\n",
-             r.tsc_hz / 1e9, 1e9 / r.tsc_hz, r.tx_cycles_per_packet, r.ceiling_mpps);
-  if (!a.json_file.empty()) {
-    std::ofstream(a.json_file) << r.to_json().dump(2) << "\n";
+  print_result(r);
+  if (!a.json_file.empty() && !write_json(r, a.json_file)) {
+    spdlog::error("gen: cannot write {}", a.json_file);
+    return 1;
   }
   return 0;
 }

@@ -44,6 +44,8 @@ struct GenArgs {
   uint32_t queue_size = 256;
   int cpu = -1;
   std::string json_file;
+  bool serve = false;
+  uint32_t max_lag = 0;
 };
 void add_gen_command(CLI::App& app, GenArgs& a);
 int run_gen(const GenArgs& a);

@@ -4,8 +4,8 @@
 //
 // Flows (INTERFACES.md "Flows"): flow i of N has destination MAC dst_base + i, source IPv4
 // src_ip_base + i, UDP source and destination ports 1024 + i % 60000; the source MAC is
-// the sending port's. The trailer: magic (u16 0x564c "VL"), stream (u32), sequence (u64),
-// TX timestamp (u64, TSC ticks), little-endian.
+// the sending port's. The trailer: magic (u16 0x564c "VL"), stream (u32: trial number << 16
+// | stream index), sequence (u64), TX timestamp (u64, TSC ticks), little-endian.
 #include <cstdint>
 #include <cstring>
 

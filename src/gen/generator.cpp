@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "util/cpuset.h"
@@ -19,13 +20,20 @@ uint32_t imix_size(uint64_t seq) {
 nlohmann::json GenResult::to_json() const {
   nlohmann::json s = nlohmann::json::array();
   for (const auto& r : streams) {
+    nlohmann::json hist = nlohmann::json::array();
+    for (const auto& [edge, n] : r.latency.buckets()) hist.push_back({edge, n});
     s.push_back({{"tx_port", r.tx_port},
                  {"rx_port", r.rx_port},
+                 {"planned", r.planned},
+                 {"offered", r.offered},
                  {"tx", r.tx},
+                 {"tx_ring_full", r.tx_ring_full},
+                 {"late_skipped", r.late_skipped},
                  {"rx", r.rx},
                  {"lost", r.lost},
                  {"duplicates", r.duplicates},
                  {"reordered", r.reordered},
+                 {"out_of_range", r.out_of_range},
                  {"latency_ns",
                   {{"min", r.latency.min()},
                    {"avg", r.latency.mean()},
@@ -33,18 +41,23 @@ nlohmann::json GenResult::to_json() const {
                    {"p50", r.latency.percentile(0.50)},
                    {"p99", r.latency.percentile(0.99)},
                    {"p999", r.latency.percentile(0.999)}}},
+                 {"latency_histogram", hist},
                  {"mean_interval_ns", r.mean_interval_ns},
-                 {"schedule_error_ns_mean", r.schedule_error_ns_mean}});
+                 {"schedule_error_ns_mean", r.schedule_error_ns_mean},
+                 {"schedule_error_ns_max", r.schedule_error_ns_max}});
   }
   return {{"streams", s},
-          {"clock", {{"source", "TSC calibrated against CLOCK_MONOTONIC_RAW"},
-                     {"hz", tsc_hz},
-                     {"resolution_ns", 1e9 / tsc_hz}}},
+          {"clock",
+           {{"source", "TSC calibrated against CLOCK_MONOTONIC_RAW"},
+            {"hz", tsc_hz},
+            {"resolution_ns", 1e9 / tsc_hz}}},
           {"set_interval_ns", set_interval_ns},
+          {"duration_s", duration_s},
           {"tx_cycles_per_packet", tx_cycles_per_packet},
           {"ceiling_mpps", ceiling_mpps},
           {"foreign_frames", foreign_frames},
           {"fragmented", fragmented},
+          {"learn_incomplete", learn_incomplete},
           {"elapsed_s", elapsed_s}};
 }
 
@@ -57,7 +70,7 @@ bool Generator::open(std::string* err) {
   ports_ = std::vector<VPort>(cfg_.ports.size());
   for (size_t i = 0; i < cfg_.ports.size(); ++i) {
     VPortConfig c = cfg_.ports[i];
-    if (!c.mac) c.mac = 0x020000000000ull | ((i + 1) << 8);
+    if (!c.mac) c.mac = default_mac(i);
     c.buf_size = std::max<uint32_t>(c.buf_size, max_frame + 12 + 64);
     cfg_.ports[i] = c;
     if (!ports_[i].open(c, err)) return false;
@@ -66,16 +79,46 @@ bool Generator::open(std::string* err) {
   return true;
 }
 
+bool Generator::set_trial(double rate_pps, uint32_t frame_size, uint32_t flows, double duration_s,
+                          std::string* err) {
+  const uint32_t need = (frame_size ? frame_size : 1518) + 12;
+  for (const auto& c : cfg_.ports) {
+    if (need > c.buf_size) {
+      *err = fmt::format(
+          "frame size {} does not fit the {}-byte buffers (start gen with --size {} or larger)",
+          frame_size ? frame_size : 1518, c.buf_size, frame_size ? frame_size : 1518);
+      return false;
+    }
+  }
+  if (frame_size && (frame_size < kMinFrame || frame_size > kMaxFrame)) {
+    *err = fmt::format("frame size {} outside {}..{}", frame_size, kMinFrame, kMaxFrame);
+    return false;
+  }
+  if (flows < 1 || rate_pps < 0 || duration_s <= 0) {
+    *err = "flows must be >= 1, rate >= 0, duration > 0";
+    return false;
+  }
+  cfg_.rate_pps = rate_pps;
+  cfg_.frame_size = frame_size;
+  cfg_.flows = flows;
+  cfg_.duration_s = duration_s;
+  return true;
+}
+
 void Generator::close() {
   for (auto& p : ports_) p.close();
 }
 
-void Generator::learn() {
+uint64_t Generator::learn() {
   // RFC 2889 address learning: each receiving port sends one frame from every address the
   // streams towards it will use as destination, so a bridge forwards instead of flooding.
+  // A switch that does not take them (a port not forwarding) stops this after a timeout.
+  const uint64_t deadline = rdtsc() + static_cast<uint64_t>(cfg_.learn_timeout_s * clock_.hz());
+  uint64_t missing = 0;
   for (size_t rx = 0; rx < ports_.size(); ++rx) {
     const uint64_t base = cfg_.ports[rx].mac;
-    for (uint32_t f = 0; f < cfg_.flows;) {
+    uint32_t f = 0;
+    while (f < cfg_.flows) {
       ports_[rx].reclaim();
       uint32_t i;
       while (f < cfg_.flows && ports_[rx].tx_get(&i)) {
@@ -85,8 +128,11 @@ void Generator::learn() {
         ++f;
       }
       ports_[rx].tx_flush();
+      if (f < cfg_.flows && rdtsc() > deadline) break;
     }
+    missing += cfg_.flows - f;
   }
+  if (missing) spdlog::warn("gen: address learning: {} frames not taken by the switch", missing);
   // Let the switch take them, and discard what floods back.
   timespec d{0, 100 * 1000 * 1000};
   nanosleep(&d, nullptr);
@@ -97,18 +143,22 @@ void Generator::learn() {
     while (p.rx_next(&fr, &len, &idx)) p.rx_release(idx);
     p.rx_flush();
   }
+  return missing;
 }
 
 GenResult Generator::run() {
   if (cfg_.cpu >= 0) pin_current_thread(cfg_.cpu);
-  if (cfg_.learn) learn();
+  GenResult res;
+  if (cfg_.learn) res.learn_incomplete = learn();
   const size_t np = ports_.size();
   struct Tx {
     uint32_t port, peer;
     FlowSpec spec;
-    uint64_t sent = 0;
+    uint64_t slot = 0;  // next schedule slot
+    uint64_t seq = 0;   // sequence numbers used: frames offered (posted or dropped at the ring)
+    uint64_t posted = 0, ring_full = 0, skipped = 0;
     uint32_t flow = 0;
-    double err_sum = 0;
+    double err_sum = 0, err_max = 0;
     uint64_t first = 0, last = 0;
   };
   std::vector<Tx> tx;
@@ -122,13 +172,19 @@ GenResult Generator::run() {
     t.spec.src_ip_base += p << 20;
     tx.push_back(t);
   }
-  GenResult res;
   res.tsc_hz = clock_.hz();
+  res.duration_s = cfg_.duration_s;
   const double rate = cfg_.rate_pps;
-  const double period = rate > 0 ? clock_.hz() / rate : 0;  // ticks per frame
-  res.set_interval_ns = rate > 0 ? 1e9 / rate : 0;
-  const uint64_t planned = rate > 0 ? static_cast<uint64_t>(rate * cfg_.duration_s) + 1
-                                    : static_cast<uint64_t>(30e6 * cfg_.duration_s) + 1;
+  const bool paced = rate > 0;
+  const double period = paced ? clock_.hz() / rate : 0;  // ticks per frame
+  res.set_interval_ns = paced ? 1e9 / rate : 0;
+  const uint64_t planned = paced ? static_cast<uint64_t>(rate * cfg_.duration_s) + 1
+                                 : static_cast<uint64_t>(30e6 * cfg_.duration_s) + 1;
+  const uint32_t lag_slots =
+      cfg_.max_lag_slots ? cfg_.max_lag_slots
+                         : std::max<uint32_t>(cfg_.burst, ports_[0].config().queue_size / 4);
+  const double max_lag = static_cast<double>(lag_slots) * period;  // ticks
+  const uint32_t tag = (++trial_ & 0xffffu) << 16;  // this trial's frames: stream = tag | index
   std::vector<SequenceTracker> seq(tx.size());
   std::vector<LatencyHistogram> lat(tx.size());
   for (auto& s : seq) s.reset(planned);
@@ -140,7 +196,7 @@ GenResult Generator::run() {
     for (uint32_t i = 0; i < vp.config().queue_size; ++i) {
       __builtin_memset(vp.tx_frame(i) - vp.hdr_len(), 0, vp.hdr_len());
       build_frame(vp.tx_frame(i), cfg_.frame_size ? cfg_.frame_size : 1518, t.spec, 0,
-                  static_cast<uint32_t>(&t - tx.data()));
+                  tag | static_cast<uint32_t>(&t - tx.data()));
     }
   }
   uint64_t foreign = 0;
@@ -148,6 +204,9 @@ GenResult Generator::run() {
   const uint64_t start = rdtsc();
   const uint64_t end = start + static_cast<uint64_t>(cfg_.duration_s * clock_.hz());
   const uint64_t drain_end = end + static_cast<uint64_t>(cfg_.drain_s * clock_.hz());
+  const auto advance_flow = [&](Tx& t, uint64_t n) {
+    t.flow = static_cast<uint32_t>((t.flow + n) % cfg_.flows);
+  };
   for (;;) {
     const uint64_t now = rdtsc();
     if (now >= drain_end) break;
@@ -157,28 +216,62 @@ GenResult Generator::run() {
         VPort& vp = ports_[t.port];
         const uint64_t t0 = rdtsc();
         vp.reclaim();
-        uint64_t due = period > 0 ? static_cast<uint64_t>(static_cast<double>(now - start) / period) + 1
-                                  : t.sent + cfg_.burst;
-        if (due > planned) due = planned;
+        uint64_t due;
+        if (paced) {
+          const double elapsed = static_cast<double>(t0 - start);
+          due = std::min<uint64_t>(planned, static_cast<uint64_t>(elapsed / period) + 1);
+          // Slots older than the lag bound: the generator missed them (not offered).
+          if (elapsed > max_lag) {
+            const uint64_t oldest = std::min<uint64_t>(
+                due, static_cast<uint64_t>(std::ceil((elapsed - max_lag) / period)));
+            if (oldest > t.slot) {
+              t.skipped += oldest - t.slot;
+              t.slot = oldest;
+            }
+          }
+        } else {
+          due = std::min<uint64_t>(planned, t.slot + cfg_.burst);
+        }
         uint32_t n = 0;
-        uint32_t i;
-        while (t.sent < due && n < cfg_.burst && vp.tx_get(&i)) {
+        while (t.slot < due && n < cfg_.burst) {
+          uint32_t i;
+          if (!vp.tx_get(&i)) {
+            if (!paced) break;  // as fast as possible: wait for the ring
+            // No free descriptor when these frames are due: the device under test has not
+            // taken the earlier ones. They depart into a full ring: dropped, counted lost.
+            const uint64_t ts = rdtsc();
+            const uint64_t k = due - t.slot;
+            if (!t.seq) t.first = ts;
+            t.last = ts;
+            t.ring_full += k;
+            t.seq += k;
+            t.slot = due;
+            advance_flow(t, k);
+            break;
+          }
           uint8_t* f = vp.tx_frame(i);
           uint32_t len = cfg_.frame_size;
           if (!len) {
-            len = imix_size(t.sent);
-            build_frame(f, len, t.spec, t.flow, static_cast<uint32_t>(s));
+            len = imix_size(t.seq);
+            build_frame(f, len, t.spec, t.flow, tag | static_cast<uint32_t>(s));
           } else if (cfg_.flows > 1) {
             patch_flow(f, t.spec, t.flow);
           }
           const uint64_t ts = rdtsc();
-          stamp(f, t.sent, ts);
-          if (period > 0) t.err_sum += static_cast<double>(ts) - (static_cast<double>(start) + static_cast<double>(t.sent) * period);
-          if (!t.sent) t.first = ts;
+          stamp(f, t.seq, ts);
+          if (paced) {
+            const double e = static_cast<double>(ts) -
+                             (static_cast<double>(start) + static_cast<double>(t.slot) * period);
+            t.err_sum += e;
+            t.err_max = std::max(t.err_max, e);
+          }
+          if (!t.seq) t.first = ts;
           t.last = ts;
           vp.tx_put(i, len);
-          ++t.sent;
-          if (++t.flow == cfg_.flows) t.flow = 0;
+          ++t.seq;
+          ++t.slot;
+          ++t.posted;
+          advance_flow(t, 1);
           ++n;
         }
         if (n) {
@@ -188,18 +281,23 @@ GenResult Generator::run() {
         }
       }
     }
-    // Receive on every port.
-    const uint64_t rx_now = rdtsc();
+    // Receive on every port. Arrival time: when this pass saw the frame in the used ring
+    // (taken after reading the used index, so never before the frame was there).
     for (size_t p = 0; p < np; ++p) {
       VPort& vp = ports_[p];
+      const uint32_t ready = std::min<uint32_t>(vp.rx_ready(), 64);
+      if (!ready) continue;
+      const uint64_t rx_now = rdtsc();
       const uint8_t* fr;
       uint32_t len, idx;
       uint32_t got = 0;
-      while (got < 64 && vp.rx_next(&fr, &len, &idx)) {
+      while (got < ready && vp.rx_next(&fr, &len, &idx)) {
         Trailer tr;
-        if (parse_trailer(fr, len, &tr) && tr.stream < tx.size() && tx[tr.stream].peer == p) {
-          seq[tr.stream].on_frame(tr.seq);
-          lat[tr.stream].record(rx_now > tr.tsc ? static_cast<uint64_t>(clock_.ns(rx_now - tr.tsc)) : 0);
+        uint32_t si = 0;
+        if (parse_trailer(fr, len, &tr) && (tr.stream & ~0xffffu) == tag &&
+            (si = tr.stream & 0xffffu) < tx.size() && tx[si].peer == p) {
+          if (seq[si].on_frame(tr.seq))
+            lat[si].record(rx_now > tr.tsc ? static_cast<uint64_t>(clock_.ns(rx_now - tr.tsc)) : 0);
         } else {
           ++foreign;
         }
@@ -211,25 +309,37 @@ GenResult Generator::run() {
   }
   res.elapsed_s = static_cast<double>(rdtsc() - start) / clock_.hz();
   for (size_t s = 0; s < tx.size(); ++s) {
+    const Tx& t = tx[s];
     StreamResult r;
-    r.tx_port = tx[s].port;
-    r.rx_port = tx[s].peer;
-    r.tx = tx[s].sent;
+    r.tx_port = t.port;
+    r.rx_port = t.peer;
+    r.planned = paced ? planned : t.seq;
+    r.offered = t.seq;
+    r.tx = t.posted;
+    r.tx_ring_full = t.ring_full;
+    r.late_skipped = t.skipped;
     r.rx = seq[s].unique();
-    r.lost = r.tx > r.rx ? r.tx - r.rx : 0;
+    r.lost = r.offered > r.rx ? r.offered - r.rx : 0;
     r.duplicates = seq[s].duplicates();
     r.reordered = seq[s].reordered();
+    r.out_of_range = seq[s].out_of_range();
     r.latency = lat[s];
-    r.first_tx_tsc = tx[s].first;
-    r.last_tx_tsc = tx[s].last;
-    r.schedule_error_ns_mean = r.tx ? tx[s].err_sum / static_cast<double>(r.tx) * 1e9 / clock_.hz() : 0;
-    r.mean_interval_ns = r.tx > 1 ? clock_.ns(r.last_tx_tsc - r.first_tx_tsc) / static_cast<double>(r.tx - 1) : 0;
+    r.first_tx_tsc = t.first;
+    r.last_tx_tsc = t.last;
+    r.schedule_error_ns_mean =
+        t.posted ? t.err_sum / static_cast<double>(t.posted) * 1e9 / clock_.hz() : 0;
+    r.schedule_error_ns_max = t.err_max * 1e9 / clock_.hz();
+    r.mean_interval_ns = r.offered > 1 ? clock_.ns(r.last_tx_tsc - r.first_tx_tsc) /
+                                             static_cast<double>(r.offered - 1)
+                                       : 0;
     res.streams.push_back(r);
   }
   res.foreign_frames = foreign;
   for (auto& p : ports_) res.fragmented += p.fragmented();
-  res.tx_cycles_per_packet = tx_frames ? static_cast<double>(tx_cycles) / static_cast<double>(tx_frames) : 0;
-  res.ceiling_mpps = res.tx_cycles_per_packet > 0 ? clock_.hz() / res.tx_cycles_per_packet / 1e6 : 0;
+  res.tx_cycles_per_packet =
+      tx_frames ? static_cast<double>(tx_cycles) / static_cast<double>(tx_frames) : 0;
+  res.ceiling_mpps =
+      res.tx_cycles_per_packet > 0 ? clock_.hz() / res.tx_cycles_per_packet / 1e6 : 0;
   return res;
 }
 

@@ -6,9 +6,17 @@
 //
 // Streams: ports are paired in the order given (0<->1, 2<->3, ...); each port of a pair
 // transmits one stream to its partner (or only the first of the pair, unidirectional).
-// Pacing: departures follow a schedule of one frame every 1/rate s from the trial start;
-// each pass sends what is due (at most a burst), so bursts stay small and the mean
-// interval matches the rate. The schedule error (actual minus planned departure) is kept.
+// Pacing: departures follow a schedule of one frame every 1/rate s from the trial start
+// (slot k at start + k/rate); each pass sends what is due (at most a burst), so bursts stay
+// small and the mean interval matches the rate. The schedule error (actual minus planned
+// departure) is kept.
+// Offered load without back-pressure, as on a wire: a due frame that finds no free transmit
+// descriptor (the device under test has not taken the earlier ones: its receive ring
+// overflowed) is dropped there and counted as lost (`tx_ring_full`); it still uses its
+// sequence number. A slot the generator itself reaches too late (more than `max_lag_slots`
+// slots after its time, e.g. because it was preempted) is skipped (`late_skipped`): not
+// offered, not lost; a trial with skipped slots offered less than the rate asked for.
+// With --rate 0 (as fast as possible) the transmit ring does back-pressure the sender.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,24 +32,35 @@ namespace vl::gen {
 
 struct GenConfig {
   std::vector<VPortConfig> ports;
-  double rate_pps = 1e6;      ///< per stream; 0 = as fast as possible
-  uint32_t frame_size = 64;   ///< bytes without FCS, kMinFrame..kMaxFrame; 0 = IMIX
+  double rate_pps = 1e6;     ///< per stream; 0 = as fast as possible
+  uint32_t frame_size = 64;  ///< bytes without FCS, kMinFrame..kMaxFrame; 0 = IMIX
   uint32_t flows = 1;
   double duration_s = 1.0;
-  double drain_s = 0.2;       ///< receive-only time after the last departure
+  double drain_s = 0.2;  ///< receive-only time after the last departure
   bool unidirectional = false;
-  bool learn = true;          ///< RFC 2889 address learning before the trial
+  bool learn = true;  ///< RFC 2889 address learning before the trial
   uint32_t burst = 32;
+  /// Slots the generator may be behind schedule before it skips them (0: queue size / 4).
+  uint32_t max_lag_slots = 0;
+  double learn_timeout_s = 2.0;
   int cpu = -1;
 };
 
 struct StreamResult {
   uint32_t tx_port = 0, rx_port = 0;
-  uint64_t tx = 0, rx = 0, lost = 0, duplicates = 0, reordered = 0;
+  uint64_t planned = 0;       ///< slots in the schedule (rate x duration)
+  uint64_t offered = 0;       ///< frames that departed: tx + tx_ring_full (sequence numbers used)
+  uint64_t tx = 0;            ///< frames posted on the transmit ring
+  uint64_t tx_ring_full = 0;  ///< due frames dropped: no free transmit descriptor (counted lost)
+  uint64_t late_skipped = 0;  ///< slots skipped because the generator was late (not offered)
+  uint64_t rx = 0;            ///< unique frames of this stream received
+  uint64_t lost = 0;          ///< offered - rx
+  uint64_t duplicates = 0, reordered = 0, out_of_range = 0;
   LatencyHistogram latency;
   uint64_t first_tx_tsc = 0, last_tx_tsc = 0;
   double schedule_error_ns_mean = 0;  ///< mean of (departure - planned departure)
-  double mean_interval_ns = 0;        ///< (last - first departure) / (tx - 1)
+  double schedule_error_ns_max = 0;
+  double mean_interval_ns = 0;  ///< (last - first departure) / (offered - 1)
 };
 
 struct GenResult {
@@ -52,6 +71,8 @@ struct GenResult {
   double ceiling_mpps = 0;          ///< one core's rate at that cost
   uint64_t foreign_frames = 0;      ///< received frames without our trailer (e.g. flooding)
   uint64_t fragmented = 0;
+  uint64_t learn_incomplete = 0;  ///< learning frames the switch did not take in time
+  double duration_s = 0;          ///< the transmission period asked for
   double elapsed_s = 0;
   nlohmann::json to_json() const;
 };
@@ -64,15 +85,24 @@ class Generator {
   explicit Generator(GenConfig c) : cfg_(std::move(c)) {}
   /// Opens the ports (vhost-user negotiation). False with `*err` on failure.
   bool open(std::string* err);
-  /// Runs one trial. Ports stay open for the next.
+  /// Runs one trial. Ports stay open for the next; each trial tags its frames (the high 16
+  /// bits of the trailer's stream field), so late frames of an earlier trial are foreign.
   GenResult run();
+  /// Changes rate, frame size, flows and duration for the next run(). False with `*err`
+  /// when the frame size does not fit the buffers opened (sized for the configured size).
+  bool set_trial(double rate_pps, uint32_t frame_size, uint32_t flows, double duration_s,
+                 std::string* err);
+  /// The MAC of port `i` when none is configured: 02:00:0<i+1>:00:00:00, so the flows of
+  /// different ports (base + 0..flows-1, up to 2^24) never share an address.
+  static uint64_t default_mac(size_t i) { return 0x020000000000ull | (uint64_t{i + 1} << 24); }
   void close();
 
  private:
-  void learn();
+  uint64_t learn();
   GenConfig cfg_;
   std::vector<VPort> ports_;
   TscClock clock_;
+  uint32_t trial_ = 0;
 };
 
 }  // namespace vl::gen

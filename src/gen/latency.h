@@ -57,21 +57,23 @@ class LatencyHistogram {
 class SequenceTracker {
  public:
   void reset(uint64_t expected_frames);
-  void on_frame(uint64_t seq) {
+  /// Counts a received sequence number; true if it is the first copy.
+  bool on_frame(uint64_t seq) {
     if (seq >= seen_.size() * 64) {
       ++out_of_range_;
-      return;
+      return false;
     }
     uint64_t& w = seen_[seq >> 6];
     const uint64_t m = uint64_t{1} << (seq & 63);
     if (w & m) {
       ++dups_;
-      return;
+      return false;
     }
     w |= m;
     ++unique_;
     if (seq < max_seen_ && unique_ > 1) ++reordered_;
     if (seq > max_seen_ || unique_ == 1) max_seen_ = seq;
+    return true;
   }
   uint64_t unique() const { return unique_; }
   uint64_t duplicates() const { return dups_; }

@@ -11,7 +11,7 @@ inline uint64_t rdtsc() { return __builtin_ia32_rdtsc(); }
 
 class TscClock {
  public:
-  /// Measures the TSC rate over `ms` milliseconds of CLOCK_MONOTONIC.
+  /// Measures the TSC rate over `ms` milliseconds of CLOCK_MONOTONIC_RAW (tightly bracketed reads).
   static TscClock calibrate(int ms = 50);
   double hz() const { return hz_; }
   double ns_per_tick() const { return 1e9 / hz_; }

@@ -21,7 +21,7 @@ struct VPortConfig {
   bool server = false;        ///< listen on path (the back-end is a vhost-user client)
   uint32_t queue_size = 256;  ///< entries per virtqueue
   uint32_t buf_size = 2048;   ///< bytes per buffer, header included
-  uint64_t mac = 0;           ///< 48-bit; 0: 02:00:00:00:00:<index>
+  uint64_t mac = 0;           ///< 48-bit; 0: the user's default (Generator::default_mac)
   int timeout_ms = 10000;
 };
 
@@ -50,6 +50,9 @@ class VPort {
   uint32_t tx_free() const { return tx_pool_.available(); }
 
   // ---- Receive ----
+  /// Used receive entries ready now (reads the used index once; rx_next() takes them
+  /// without reading it again until they are consumed).
+  uint32_t rx_ready() { return rxq_.used_ready(); }
   /// The next received frame (after the header) and its buffer index; release it after use.
   /// Frames spread over several mergeable buffers are counted in `fragmented()` and dropped.
   bool rx_next(const uint8_t** frame, uint32_t* len, uint32_t* idx);

@@ -100,6 +100,19 @@ class DriverQueue {
     return true;
   }
 
+  /// Used entries ready to take: refreshes the cached used index only when everything
+  /// cached was taken (so get_used() then returns exactly these without another read).
+  uint32_t used_ready() {
+    if (last_used_ == shadow_used_) {
+      shadow_used_ = __atomic_load_n(&used_->idx, __ATOMIC_ACQUIRE);
+      if (static_cast<uint16_t>(shadow_used_ - last_used_) > num_) [[unlikely]] {
+        broken_ = true;
+        shadow_used_ = last_used_;
+      }
+    }
+    return static_cast<uint16_t>(shadow_used_ - last_used_);
+  }
+
   /// Asks the device for used-buffer notifications (true) or not (false).
   void set_interrupts(bool on) {
     if (event_idx_) {

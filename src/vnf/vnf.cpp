@@ -37,6 +37,12 @@ bool Vnf::open(std::string* err) {
       *err = fmt::format("port {}: {}", p, *err);
       return false;
     }
+    // Buffers go out of the other port as they came in: both need the same header size.
+    if (p == 1 && fe_[1].hdr_len() != hdr_len_) {
+      *err = fmt::format("the ports negotiated different virtio-net header sizes ({} and {})",
+                         hdr_len_, fe_[1].hdr_len());
+      return false;
+    }
     hdr_len_ = fe_[p].hdr_len();
     rxq_[p].set_interrupts(false);
     txq_[p].set_interrupts(false);
@@ -129,8 +135,10 @@ void Vnf::run() {
   for (uint64_t pass = 0; !stop_.load(std::memory_order_relaxed); ++pass) {
     const uint32_t got = forward(0) + forward(1);
     idle = got ? 0 : idle + 1;
-    if (cfg_.interrupt && idle > 64) sleep_until_traffic();
-    if (cfg_.duration_s > 0 && (pass & 4095) == 0) {
+    const bool slept = cfg_.interrupt && idle > 64 && sleep_until_traffic();
+    // The clock is read every 4096 passes, and after every sleep (an idle VNF in interrupt
+    // mode makes a pass per wake-up, up to 100 ms each).
+    if (cfg_.duration_s > 0 && ((pass & 4095) == 0 || slept)) {
       timespec t;
       clock_gettime(CLOCK_MONOTONIC, &t);
       if (static_cast<double>(t.tv_sec - t0.tv_sec) + static_cast<double>(t.tv_nsec - t0.tv_nsec) * 1e-9 >=

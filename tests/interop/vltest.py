@@ -439,7 +439,8 @@ class Testbed:
 
     def start_testpmd(self, name, vdevs, fwd, args=(), mem_mb=1024, nb_mbufs=16384,
                       lcores="0,1", main_lcore=1, tx_first=False, interactive=True,
-                      stats_period=None):
+                      stats_period=None,
+                      plugins=("librte_net_virtio.so", "librte_mempool_ring.so")):
         """Starts testpmd with the given virtio-user vdevs; forwarding starts at once.
 
         Forwarding runs on the lcore that is not the main lcore (CPU 0 by default).
@@ -452,14 +453,16 @@ class Testbed:
         testpmd prints only its forward statistics (the NIC statistics blocks printed every
         --stats-period seconds are not reliable: under CPU contention whole periods were
         seen to be skipped).
+        `plugins`: the DPDK PMD plugins to load from PMD_DIR (net_vhost vdevs need
+        "librte_net_vhost.so").
         Returns its Proc; stop it with stop_testpmd() to get the parsed statistics.
         """
         prefix = "vlt%d%s" % (os.getpid(), name)
         self.prefixes.append(prefix)
         argv = [TESTPMD, "-l", lcores, "--main-lcore", str(main_lcore), "--no-huge",
-                "-m", str(mem_mb), "--no-pci", "--file-prefix", prefix,
-                "-d", os.path.join(PMD_DIR, "librte_net_virtio.so"),
-                "-d", os.path.join(PMD_DIR, "librte_mempool_ring.so")]
+                "-m", str(mem_mb), "--no-pci", "--file-prefix", prefix]
+        for plugin in plugins:
+            argv += ["-d", os.path.join(PMD_DIR, plugin)]
         for v in vdevs:
             argv += ["--vdev", v]
         argv += ["--", "--no-mlockall", "--total-num-mbufs=%d" % nb_mbufs,

@@ -1,0 +1,99 @@
+"""`bench loopback --traffic testpmd`: the earlier loopback variant, kept for comparison.
+
+The traffic side is one testpmd with two virtio-user ports in io forwarding, seeded with
+--tx-first, so frames circulate gen -> switch -> gen; the rate is the median of testpmd's
+per-second Rx-pps samples. Core plan: the switch's forwarding thread on CPU 1, the traffic
+side's forwarding lcore on CPU 0; each testpmd's main lcore idles on the other CPU.
+"""
+
+import os
+import re
+import statistics
+import sys
+import time
+
+import topologies
+import vltest
+
+CORE_PLAN = ("switch under test (virtlink PMD thread, or testpmd's forwarding lcore) busy-polls "
+             "on CPU 1; the traffic side (testpmd, two virtio-user ports, io forwarding) "
+             "busy-polls on CPU 0; each testpmd's main lcore sleeps on the other CPU")
+
+_PPS = re.compile(r"Rx-pps:\s+(\d+)")
+
+
+def rx_pps_series(text, nports):
+    """Per --stats-period sample, the sum of Rx-pps over the traffic side's ports."""
+    vals = [int(x) for x in _PPS.findall(text)]
+    return [sum(vals[i:i + nports]) for i in range(0, len(vals) - nports + 1, nports)]
+
+
+class TrafficLoop:
+    """The traffic side: testpmd, two virtio-user ports, io forwarding, seeded with a burst."""
+
+    def __init__(self, tb, frame_size, sock_a, sock_b):
+        vdevs = ["net_virtio_user0,path=%s,queues=1,mac=02:00:00:00:00:0a" % sock_a,
+                 "net_virtio_user1,path=%s,queues=1,mac=02:00:00:00:00:0b" % sock_b]
+        args = ["--tx-first", "--txpkts=%d" % frame_size, "--eth-peer=0,02:00:00:00:00:0b",
+                "--eth-peer=1,02:00:00:00:00:0a"]
+        self.p = tb.start_testpmd("gen", vdevs, "io", args=args, stats_period=1,
+                                  interactive=False)
+
+    def mpps(self, trial_s):
+        t_end = time.monotonic() + trial_s + 0.5
+        while time.monotonic() < t_end:
+            if not self.p.alive():
+                raise RuntimeError("traffic testpmd exited:\n" + self.p.output()[-3000:])
+            time.sleep(0.2)
+        series = rx_pps_series(self.p.output(), 2)
+        n = int(trial_s)
+        samples = series[-n:] if len(series) >= n else series
+        if not samples:
+            raise RuntimeError("no rate samples from the traffic side")
+        return statistics.median(samples) / 1e6
+
+
+def run_virtlink(tb, mode, frame_size, warm_s, trial_s):
+    sw = topologies.VirtlinkSwitch(tb, mode)
+    socks = sw.start(["a", "b"])
+    gen = TrafficLoop(tb, frame_size, socks["a"], socks["b"])
+    tb.wait_connected(["a", "b"])
+    time.sleep(warm_s)
+    sw.cycles_begin()
+    mpps = gen.mpps(trial_s)
+    return mpps, sw.cycles_end()
+
+
+def run_testpmd_switch(tb, frame_size, warm_s, trial_s):
+    """DPDK testpmd as the switch: two net_vhost ports (server sockets), io forwarding on CPU 1."""
+    socks = topologies.TestpmdSwitch(tb).start(["a", "b"])
+    gen = TrafficLoop(tb, frame_size, socks["a"], socks["b"])
+    time.sleep(warm_s)
+    return gen.mpps(trial_s), None
+
+
+def bench(opts, table):
+    sizes = [int(x) for x in opts.frame_sizes.split(",")]
+    runs = 1 if opts.quick else opts.runs
+    configs = [("virtlink", "xconnect"), ("virtlink", "bridge"), ("testpmd", "io")]
+    results = {}
+    total = len(sizes) * len(configs) * runs
+    done = 0
+    for size in sizes:
+        for sw, mode in configs:
+            vals, cpps = [], []
+            for r in range(runs):
+                done += 1
+                sys.stderr.write("[%d/%d] %s %s %d B run %d ...\n" % (done, total, sw, mode,
+                                                                     size, r + 1))
+                with vltest.Testbed(None) as tb:
+                    if sw == "virtlink":
+                        m, c = run_virtlink(tb, mode, size, opts.warm, opts.trial)
+                    else:
+                        m, c = run_testpmd_switch(tb, size, opts.warm, opts.trial)
+                vals.append(m)
+                if c:
+                    cpps.append(c["switch"])
+            results[(sw, mode, size)] = (statistics.median(vals), vals,
+                                         round(statistics.median(cpps)) if cpps else None)
+    return table(results, sizes, configs, opts, "testpmd")

@@ -1,0 +1,546 @@
+"""Topologies for the RFC 2544 benches: the switch under test or an anchor switch, the VNFs
+and the traffic generator, each started through tests/interop/vltest.py (child processes
+with cleanup guarantees: SIGINT/SIGTERM then SIGKILL, PDEATHSIG, temporary directories and
+DPDK runtime directories removed).
+
+    with vltest.Testbed(None) as tb:
+        topo = Topology(tb, "pvp", make_switch(tb, "virtlink", "xconnect"))
+        topo.start()                   # switch, VNFs; waits until they are connected
+        t = topo.trial(rate_pps=2e6, frame_size=64, duration_s=2)   # one trial
+        topo.stop()
+
+Ports (gen = `virtlink gen`, vnfN = `virtlink vnf`):
+  p2p   gen:g0 -> [g0 switch g1] -> gen:g1                         (and back)
+  pvp   gen:g0 -> [g0 - v0] -> vnf0 -> [v1 - g1] -> gen:g1          (and back)
+  pvvp  gen:g0 -> [g0 - v0] -> vnf0 -> [v1 - w0] -> vnf1 -> [w1 - g1] -> gen:g1
+The switch cross-connects the pairs in brackets (virtlink xconnect, testpmd io forwarding's
+paired ports, OVS port-to-port flows), or learns MAC addresses (virtlink bridge, OVS
+NORMAL: p2p only, one bridge domain; PVP needs one per side, which virtlink has not).
+
+Core plan on the 2-CPU machine: the switch's PMD (virtlink PMD thread, testpmd's forwarding
+lcore, OVS's PMD thread) busy-polls on CPU 1; the generator busy-polls on CPU 0; VNFs run in
+interrupt mode, unpinned (they sleep on their receive queues' call eventfds when idle and
+take CPU time from whichever busy-poller the scheduler picks): at most two processes poll.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "interop"))
+import vltest  # noqa: E402
+
+SWITCH_CPU = 1
+GEN_CPU = 0
+
+OVS_VSWITCHD = os.environ.get("VLBENCH_OVS_VSWITCHD",
+                              "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk")
+OVS_SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
+
+# Which ports each topology has on the switch, in cross-connect pair order, and the VNFs'
+# (port 0, port 1).
+TOPOLOGIES = {
+    "p2p": (["g0", "g1"], []),
+    "pvp": (["g0", "v0", "v1", "g1"], [("v0", "v1")]),
+    "pvvp": (["g0", "v0", "v1", "w0", "w1", "g1"], [("v0", "v1"), ("w0", "w1")]),
+}
+
+CORE_PLAN = ("switch PMD (virtlink PMD thread, testpmd forwarding lcore, or OVS PMD thread) "
+             "busy-polls on CPU %d; the generator (virtlink gen, one thread: transmit and "
+             "receive) busy-polls on CPU %d; VNFs (virtlink vnf, io forwarding) run in "
+             "interrupt mode, unpinned, sharing both CPUs; testpmd's main lcore and OVS's "
+             "non-PMD threads mostly sleep" % (SWITCH_CPU, GEN_CPU))
+
+
+def have_testpmd():
+    import shutil
+    return shutil.which(vltest.TESTPMD) is not None and os.path.exists(
+        os.path.join(vltest.PMD_DIR, "librte_net_vhost.so"))
+
+
+def have_ovs():
+    import shutil
+    return os.access(OVS_VSWITCHD, os.X_OK) and shutil.which("ovsdb-server") is not None
+
+
+# ---------------------------------------------------------------------------------------
+# Switches. Each: start(ports) -> {port: socket path the peers connect to (as clients)},
+# wait_ready(ports), cycles_begin()/cycles_end() -> {"switch": cycles per packet} or None,
+# stop(). Processes are registered with the Testbed, which stops them in any case.
+
+class VirtlinkSwitch:
+    name = "virtlink"
+
+    def __init__(self, tb, mode="xconnect", pmd_mode="poll", policy="rx-batch"):
+        self.tb, self.mode, self.pmd_mode, self.policy = tb, mode, pmd_mode, policy
+        self._p0 = None
+
+    def start(self, ports):
+        self.tb.start_switch(ports=ports, forward=self.mode, pmd_cores=str(SWITCH_CPU),
+                             extra=["--pmd-mode", self.pmd_mode], log_level="warn")
+        return {p: self.tb.sock(p) for p in ports}
+
+    def wait_ready(self, ports, timeout=30):
+        self.tb.wait_connected(ports, timeout=timeout)
+
+    def _pmd(self):
+        st = self.tb.ctl("pmd-stats")
+        return sum(p["packets"] for p in st), sum(p["busy_cycles"] for p in st)
+
+    def cycles_begin(self):
+        self._p0 = self._pmd()
+
+    def cycles_end(self):
+        if self._p0 is None:
+            return None
+        pk, cy = self._pmd()
+        dp, dc = pk - self._p0[0], cy - self._p0[1]
+        self._p0 = None
+        return {"switch": round(dc / dp)} if dp > 0 else None
+
+    def stop(self):
+        if self.tb.switch is not None and self.tb.switch.returncode is None:
+            rc = self.tb.switch.stop(signal.SIGTERM, timeout=15)
+            if rc != 0:
+                raise RuntimeError("virtlink switch exited with status %s" % rc)
+
+
+class TestpmdSwitch:
+    """DPDK testpmd as the switch: one net_vhost port (server socket) per switch port, io
+    forwarding between paired ports (0<->1, 2<->3, ...), forwarding lcore on CPU 1."""
+    name = "testpmd"
+
+    def __init__(self, tb, mode="io"):
+        self.tb, self.mode = tb, mode
+        self.proc = None
+
+    def start(self, ports):
+        tb = self.tb
+        prefix = "vlt%dbsw" % os.getpid()
+        tb.prefixes.append(prefix)
+        other = 1 - SWITCH_CPU
+        # Interactive (commands on stdin) with line-buffered output, so the harness can ask
+        # for the forwarding core's cycles per packet around each trial.
+        argv = ["stdbuf", "-oL", vltest.TESTPMD, "-l", "0,1", "--main-lcore", str(other),
+                "--no-huge",
+                "-m", "1024", "--no-pci", "--file-prefix", prefix,
+                "-d", os.path.join(vltest.PMD_DIR, "librte_net_vhost.so"),
+                "-d", os.path.join(vltest.PMD_DIR, "librte_mempool_ring.so")]
+        socks = {}
+        for i, p in enumerate(ports):
+            socks[p] = os.path.join(tb.dir, "tp-%s.sock" % p)
+            argv += ["--vdev", "net_vhost%d,iface=%s,queues=1" % (i, socks[p])]
+        argv += ["--", "--no-mlockall", "--total-num-mbufs=32768", "--forward-mode=io", "-i",
+                 "-a", "--record-core-cycles"]
+        env = dict(os.environ)
+        for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LD_PRELOAD"):
+            env.pop(k, None)
+        self.proc = vltest.Proc("testpmd-switch", argv, tb.dir, env=env)
+        self.proc.interactive = True  # stopped with "stop", "quit"
+        tb.procs.append(self.proc)
+
+        def ready():
+            if not self.proc.alive():
+                raise RuntimeError("testpmd switch exited:\n" + self.proc.output()[-3000:])
+            return all(os.path.exists(s) for s in socks.values())
+        vltest._wait(ready, 30, "testpmd's net_vhost sockets")
+        return socks
+
+    def wait_ready(self, ports, timeout=30):
+        # testpmd has no query we can use from here (its stdout is a block-buffered file):
+        # the peers' own connect waits (gen, vnf) cover it.
+        if not self.proc.alive():
+            raise RuntimeError("testpmd switch exited:\n" + self.proc.output()[-3000:])
+
+    def _cmd(self, text):
+        try:
+            self.proc.p.stdin.write(text.encode())
+            self.proc.p.stdin.flush()
+            return True
+        except OSError:
+            return False
+
+    def cycles_begin(self):
+        self._cmd("clear fwd stats all\n")
+
+    def cycles_end(self):
+        """The forwarding core's busy cycles per received packet since cycles_begin()
+        (testpmd --record-core-cycles, `show fwd stats all`), or None."""
+        start = len(self.proc.output())
+        if not self._cmd("show fwd stats all\n"):
+            return None
+        pat = re.compile(r"CPU cycles/packet=([\d.]+)")
+        found = {}
+
+        def shown():
+            m = pat.search(self.proc.output()[start:])
+            if m:
+                found["v"] = float(m.group(1))
+            return m is not None
+        # (No packets since the clear: no cycles line; give up after 3 s.)
+        try:
+            vltest._wait(shown, 3, "testpmd's forward statistics", interval=0.05)
+        except vltest.TestTimeout:
+            return None
+        return {"switch": round(found["v"])} if found.get("v") else None
+
+    def stop(self):
+        if self.proc and self.proc.returncode is None:
+            self.proc.stop()
+
+
+class OvsSwitch:
+    """OVS-DPDK 3.1: a private ovsdb-server and ovs-vswitchd (DPDK build) in the Testbed's
+    directory, PMD on CPU 1 (pmd-cpu-mask), dpdkvhostuser ports (OVS is the server, sockets
+    in its run directory), port-to-port flows ("xconnect") or the NORMAL action ("normal").
+    Stopped by PID through the Testbed (SIGINT, then SIGKILL)."""
+    name = "ovs-dpdk"
+
+    def __init__(self, tb, mode="xconnect", tx_flush_interval=None):
+        self.tb, self.mode, self.flush = tb, mode, tx_flush_interval
+        self.dir = os.path.join(tb.dir, "ovs")
+        self.db = os.path.join(self.dir, "db.sock")
+        self.env = None
+        self.procs = []
+        self.ports = []
+
+    def _run(self, *argv, timeout=30):
+        r = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           stdin=subprocess.DEVNULL, env=self.env, timeout=timeout, text=True)
+        if r.returncode != 0:
+            raise RuntimeError("%s failed (%d): %s" % (" ".join(argv), r.returncode, r.stderr))
+        return r.stdout
+
+    def vsctl(self, *args, timeout=60):
+        return self._run("ovs-vsctl", "--db=unix:" + self.db, "--timeout=%d" % timeout, *args,
+                         timeout=timeout + 5)
+
+    def appctl(self, *args):
+        return self._run("ovs-appctl", "-t", os.path.join(self.dir, "ovs-vswitchd.ctl"), *args)
+
+    def ofctl(self, *args):
+        return self._run("ovs-ofctl", *args)
+
+    def start(self, ports):
+        tb = self.tb
+        os.makedirs(self.dir)
+        self.env = dict(os.environ, OVS_RUNDIR=self.dir, OVS_DBDIR=self.dir,
+                        OVS_LOGDIR=self.dir, OVS_SYSCONFDIR=self.dir)
+        for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LD_PRELOAD"):
+            self.env.pop(k, None)
+        conf = os.path.join(self.dir, "conf.db")
+        self._run("ovsdb-tool", "create", conf, OVS_SCHEMA)
+        p = vltest.Proc("ovsdb-server", [
+            "ovsdb-server", conf, "--remote=punix:" + self.db,
+            "--pidfile=" + os.path.join(self.dir, "ovsdb-server.pid"),
+            "--unixctl=" + os.path.join(self.dir, "ovsdb-server.ctl"),
+            "--log-file=" + os.path.join(self.dir, "ovsdb-server.log")], tb.dir, env=self.env)
+        tb.procs.append(p)
+        self.procs.append(p)
+        vltest._wait(lambda: os.path.exists(self.db) or not p.alive(), 20, "ovsdb-server")
+        if not p.alive():
+            raise RuntimeError("ovsdb-server exited:\n" + p.output())
+        prefix = "vlt%dovs" % os.getpid()
+        tb.prefixes.append(prefix)
+        self.vsctl("--no-wait", "init")
+        self.vsctl("--no-wait", "set", "Open_vSwitch", ".",
+                   "other_config:dpdk-init=true",
+                   "other_config:pmd-cpu-mask=0x%x" % (1 << SWITCH_CPU),
+                   'other_config:dpdk-extra="--no-huge --legacy-mem -m 2048 --no-pci '
+                   '--file-prefix=%s"' % prefix)
+        if self.flush is not None:
+            self.vsctl("--no-wait", "set", "Open_vSwitch", ".",
+                       "other_config:tx-flush-interval=%d" % self.flush)
+        p = vltest.Proc("ovs-vswitchd", [
+            OVS_VSWITCHD, "unix:" + self.db,
+            "--pidfile=" + os.path.join(self.dir, "ovs-vswitchd.pid"),
+            "--unixctl=" + os.path.join(self.dir, "ovs-vswitchd.ctl"),
+            "--log-file=" + os.path.join(self.dir, "ovs-vswitchd.log")], tb.dir, env=self.env)
+        tb.procs.append(p)
+        self.procs.insert(0, p)  # stopped before ovsdb-server
+        vltest._wait(lambda: os.path.exists(os.path.join(self.dir, "ovs-vswitchd.ctl"))
+                     or not p.alive(), 60, "ovs-vswitchd's control socket")
+        if not p.alive():
+            raise RuntimeError("ovs-vswitchd exited:\n" + p.output()[-3000:])
+        # Bridges: one for p2p and cross-connects; NORMAL with VNFs needs one per side.
+        self.bridges = self._bridges(ports)
+        for br, bports in self.bridges:
+            self.vsctl("add-br", br, "--", "set", "bridge", br, "datapath_type=netdev")
+            for i, name in enumerate(bports):
+                self.vsctl("add-port", br, name, "--", "set", "Interface", name,
+                           "type=dpdkvhostuser", "ofport_request=%d" % (i + 1))
+        self._flows()
+        self.ports = ports
+        socks = {p: os.path.join(self.dir, p) for p in ports}
+        vltest._wait(lambda: all(os.path.exists(s) for s in socks.values()), 30,
+                     "OVS's dpdkvhostuser sockets")
+        return socks
+
+    def _flows(self):
+        for br, bports in self.bridges:
+            self.ofctl("del-flows", br)
+            if self.mode == "xconnect":
+                for i in range(0, len(bports), 2):
+                    self.ofctl("add-flow", br, "in_port=%d,actions=output:%d" % (i + 1, i + 2))
+                    self.ofctl("add-flow", br, "in_port=%d,actions=output:%d" % (i + 2, i + 1))
+            else:
+                self.ofctl("add-flow", br, "actions=NORMAL")
+
+    def can_switch_mode(self, mode):
+        """Whether set_mode(mode) works in place (the bridges stay as they are)."""
+        return self._bridges(self.ports) == self._bridges_for(mode, self.ports)
+
+    def set_mode(self, mode):
+        """Replaces the flows (port-to-port or NORMAL) without restarting OVS."""
+        assert self.can_switch_mode(mode)
+        self.mode = mode
+        self._flows()
+
+    def _bridges(self, ports):
+        return self._bridges_for(self.mode, ports)
+
+    @staticmethod
+    def _bridges_for(mode, ports):
+        if mode == "xconnect" or len(ports) == 2:
+            return [("br0", list(ports))]
+        # NORMAL: one bridge per cross-connect pair (g0+v0, v1+g1, ...); p2p: one bridge.
+        return [("br%d" % (i // 2), list(ports[i:i + 2])) for i in range(0, len(ports), 2)]
+
+    def wait_ready(self, ports, timeout=90):
+        """Until OVS reports each port's link up: it adds a vhost device only after
+        reconfiguring its PMD threads, which took up to 15 s on the loaded test machine."""
+        def up():
+            for p in self.procs:
+                if not p.alive():
+                    raise RuntimeError("%s exited:\n%s" % (p.name, p.output()[-3000:]))
+            return all(self.vsctl("get", "Interface", n, "link_state").strip() == "up"
+                       for n in ports)
+        vltest._wait(up, timeout, "OVS ports %s up" % list(ports), interval=0.2)
+
+    def cycles_begin(self):
+        self.appctl("dpif-netdev/pmd-stats-clear")
+
+    def cycles_end(self):
+        out = self.appctl("dpif-netdev/pmd-stats-show")
+        m = re.search(r"avg processing cycles per packet:\s*([\d.]+)", out)
+        return {"switch": round(float(m.group(1)))} if m else None
+
+    def stop(self):
+        for p in self.procs:
+            if p.returncode is None:
+                p.stop()
+
+
+def make_switch(tb, kind, mode, pmd_mode="poll"):
+    if kind == "virtlink":
+        return VirtlinkSwitch(tb, mode, pmd_mode)
+    if kind == "testpmd":
+        return TestpmdSwitch(tb, mode)
+    if kind == "ovs-dpdk":
+        return OvsSwitch(tb, mode)
+    raise ValueError(kind)
+
+
+# ---------------------------------------------------------------------------------------
+# Generator results
+
+def _percentile(hist, count, q, vmax):
+    """The C++ LatencyHistogram's percentile: upper bucket edge, capped at max."""
+    if not count:
+        return 0
+    target = int(q * (count - 1)) + 1
+    acc = 0
+    for edge, n in hist:
+        acc += n
+        if acc >= target:
+            return min(edge, vmax)
+    return vmax
+
+
+def merge_latency(streams):
+    """One-way latency over every stream of a gen run: {min, avg, max, p50, p99, p999} in
+    ns (None when nothing was received), plus the merged histogram [(edge, count)]."""
+    hist = {}
+    count, total = 0, 0.0
+    mins, maxs = [], []
+    for s in streams:
+        h = s.get("latency_histogram") or []
+        c = sum(n for _, n in h)
+        if not c:
+            continue
+        for edge, n in h:
+            hist[edge] = hist.get(edge, 0) + n
+        count += c
+        total += s["latency_ns"]["avg"] * c
+        mins.append(s["latency_ns"]["min"])
+        maxs.append(s["latency_ns"]["max"])
+    if not count:
+        return None, []
+    h = sorted(hist.items())
+    vmax = max(maxs)
+    lat = {"min": min(mins), "avg": round(total / count), "max": vmax,
+           "p50": _percentile(h, count, 0.5, vmax), "p99": _percentile(h, count, 0.99, vmax),
+           "p999": _percentile(h, count, 0.999, vmax)}
+    return lat, h
+
+
+class GenRun:
+    """The totals of one `virtlink gen` run (one trial)."""
+
+    def __init__(self, doc, rate_pps, duration_s):
+        self.doc = doc
+        st = doc["streams"]
+        self.rate_pps = rate_pps
+        self.planned = sum(s["planned"] for s in st)
+        self.offered = sum(s["offered"] for s in st)
+        self.tx = sum(s["tx"] for s in st)
+        self.ring_full = sum(s["tx_ring_full"] for s in st)
+        self.skipped = sum(s["late_skipped"] for s in st)
+        self.rx = sum(s["rx"] for s in st)
+        self.lost = sum(s["lost"] for s in st)
+        self.dup = sum(s["duplicates"] for s in st)
+        self.reordered = sum(s["reordered"] for s in st)
+        self.duration_s = duration_s
+        self.offered_pps = self.offered / duration_s if duration_s else 0
+        self.loss = self.lost / self.offered if self.offered else 1.0
+        self.latency, self.histogram = merge_latency(st)
+
+    def offered_fraction(self):
+        return self.offered / self.planned if self.planned else 0.0
+
+
+# ---------------------------------------------------------------------------------------
+# A topology: switch + VNFs + generator
+
+class Topology:
+    def __init__(self, tb, topology, switch, vnf_mode="io", vnf_pmd_mode="interrupt",
+                 queue_size=1024):
+        """`queue_size`: entries of the generator's rings (the VNFs keep their default, 256,
+        QEMU's default for a guest's virtio-net queues)."""
+        if topology not in TOPOLOGIES:
+            raise ValueError("unknown topology %s" % topology)
+        self.tb, self.topology, self.switch = tb, topology, switch
+        self.ports, self.vnf_ports = TOPOLOGIES[topology]
+        self.vnf_mode, self.vnf_pmd_mode, self.queue_size = vnf_mode, vnf_pmd_mode, queue_size
+        self.socks = {}
+        self.vnfs = []
+        self.gen = None
+        self.unidirectional = False
+        self._n = 0
+
+    @property
+    def n_vnfs(self):
+        return len(self.vnf_ports)
+
+    def start(self):
+        self.socks = self.switch.start(self.ports)
+        for i, (a, b) in enumerate(self.vnf_ports):
+            argv = [vltest.VIRTLINK, "--log-level", "warn", "vnf",
+                    "--port", "vhost-user-client:" + self.socks[a],
+                    "--port", "vhost-user-client:" + self.socks[b],
+                    "--mode", self.vnf_mode, "--pmd-mode", self.vnf_pmd_mode]
+            p = vltest.Proc("vnf%d" % i, argv, self.tb.dir)
+            self.tb.procs.append(p)
+            self.vnfs.append(p)
+        vnf_side = [p for pair in self.vnf_ports for p in pair]
+        if vnf_side:
+            self.switch.wait_ready(vnf_side)
+        for p in self.vnfs:
+            if not p.alive():
+                raise RuntimeError("%s exited:\n%s" % (p.name, p.output()[-3000:]))
+
+    def gen_ports(self):
+        return [self.ports[0], self.ports[-1]]
+
+    def start_gen(self, max_frame=1518, unidirectional=False):
+        """Starts the generator (`virtlink gen --serve`): connected to the switch's gen
+        ports until stop(), running one trial per trial() call (one learning phase, send,
+        drain each). Waits until its ports are negotiated."""
+        argv = [vltest.VIRTLINK, "--log-level", "warn", "gen"]
+        for i, p in enumerate(self.gen_ports()):
+            argv += ["--port", "g%d=vhost-user-client:%s" % (i, self.socks[p])]
+        argv += ["--size", str(max(max_frame, 1518)), "--cpu", str(GEN_CPU),
+                 "--queue-size", str(self.queue_size), "--serve"]
+        if unidirectional:
+            argv.append("--unidirectional")
+        self.unidirectional = unidirectional
+        self.gen = vltest.Proc("gen", argv, self.tb.dir)
+        self.tb.procs.append(self.gen)
+
+        def ready():
+            if not self.gen.alive():
+                raise RuntimeError("gen exited:\n" + self.gen.output()[-3000:])
+            return "ready" in self.gen.output()
+        vltest._wait(ready, 60, "the generator's ports")
+        self.switch.wait_ready(self.gen_ports())
+
+    def trial(self, rate_pps, frame_size, duration_s, flows=1, timeout=None):
+        """One trial: the generator offers `rate_pps` in total, split over its streams (2,
+        or 1 unidirectional), for `duration_s`. Returns a GenRun; `.cycles` holds the
+        switch's cycles per packet over the trial where the switch reports them."""
+        if self.gen is None:
+            self.start_gen()
+        self._n += 1
+        out = os.path.join(self.tb.dir, "trial-%d.json" % self._n)
+        streams = 1 if self.unidirectional else 2
+        self.switch.cycles_begin()
+        cmd = "run %.3f %s %s %d %s\n" % (rate_pps / streams, frame_size, duration_s, flows, out)
+        try:
+            self.gen.p.stdin.write(cmd.encode())
+            self.gen.p.stdin.flush()
+        except OSError as e:
+            raise RuntimeError("gen: cannot send a trial (%s):\n%s" % (e, self.gen.output()[-3000:]))
+        mark = "error "
+
+        def done():
+            if os.path.exists(out):
+                return True
+            if not self.gen.alive():
+                raise RuntimeError("gen exited:\n" + self.gen.output()[-3000:])
+            text = self.gen.output()
+            if mark in text[-2000:]:
+                raise RuntimeError("gen: " + text[text.rindex(mark):].splitlines()[0])
+            return False
+        vltest._wait(done, timeout or duration_s + 30, "trial %d" % self._n, interval=0.05)
+        cycles = self.switch.cycles_end()
+        with open(out) as f:
+            doc = json.load(f)
+        os.unlink(out)
+        run = GenRun(doc, rate_pps, duration_s)
+        run.cycles = cycles
+        return run
+
+    def stop_gen(self):
+        if self.gen is not None and self.gen.returncode is None:
+            try:
+                self.gen.p.stdin.write(b"quit\n")
+                self.gen.p.stdin.flush()
+                self.gen.p.wait(10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+            self.gen.stop()
+        self.gen = None
+
+    def vnf_stats(self):
+        """Stops the VNFs and returns their final statistics (JSON they print on exit)."""
+        out = []
+        for p in self.vnfs:
+            p.stop()
+            text = p.output().strip().splitlines()
+            try:
+                out.append(json.loads(text[-1]))
+            except (ValueError, IndexError):
+                out.append(None)
+        return out
+
+    def stop(self):
+        self.stop_gen()
+        for p in self.vnfs:
+            if p.returncode is None:
+                p.stop()
+        self.switch.stop()

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""The RFC 2544 harness end to end (`virtlink bench p2p`, one switch, one frame size, a
+small search): it runs, prints its table, and writes bench JSON with every documented key
+in every row (INTERFACES.md "Bench JSON"). Rates are not asserted (benchmarks are not
+tests; the machine is shared).
+
+    python3 tests/interop/test_bench.py --virtlink build/virtlink [-v]
+"""
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+import vltest  # noqa: E402
+import report  # noqa: E402
+
+
+class Bench(unittest.TestCase):
+
+    def test_p2p_schema(self):
+        with vltest.Testbed(self) as tb:
+            out = os.path.join(tb.dir, "p2p.json")
+            argv = [vltest.VIRTLINK, "bench", "p2p", "--switches", "virtlink:xconnect",
+                    "--frame-sizes", "64", "--trial", "0.5", "--max-mpps", "0.2",
+                    "--precision", "25%", "--retries", "0", "--no-plot", "--json", out]
+            r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL, timeout=vltest.WATCHDOG_S - 10,
+                               text=True)
+            vltest.log("bench stdout:\n" + r.stdout)
+            self.assertEqual(r.returncode, 0, r.stderr[-4000:])
+            self.assertIn("core plan:", r.stdout)
+            self.assertRegex(r.stdout, r"virtlink\s+xconnect\s+64\s")
+            self.assertRegex(r.stderr, r"trial 1 at 0\.200 Mpps")  # progress per trial
+            with open(out) as f:
+                doc = json.load(f)
+            for k in ("command", "version", "machine", "core_plan", "rows"):
+                self.assertIn(k, doc)
+            self.assertTrue(doc["command"].startswith("virtlink bench p2p "), doc["command"])
+            self.assertNotIn("--virtlink", doc["command"])
+            self.assertEqual(len(doc["rows"]), 1, doc["rows"])
+            row = doc["rows"][0]
+            for k in report.ROW_KEYS:
+                self.assertIn(k, row)
+            self.assertEqual(row["experiment"], "p2p")
+            self.assertEqual(row["topology"], "p2p")
+            self.assertEqual(row["switch"], "virtlink")
+            self.assertEqual(row["mode"], "xconnect")
+            self.assertEqual(row["frame_size"], 64)
+            self.assertEqual(row["vnfs"], 0)
+            self.assertEqual(row["trial_s"], 0.5)
+            self.assertIsNone(row["projected_ndr_mpps"])
+            for k in ("path", "offloads", "streams", "throughput_mbps", "rtt_ns", "duration_s"):
+                self.assertIsNone(row[k], k)
+            self.assertIsInstance(row["ndr_mpps"], float)
+            self.assertIsInstance(row["pdr_mpps"], float)
+            self.assertLessEqual(row["ndr_mpps"], row["pdr_mpps"])
+            self.assertLessEqual(row["pdr_mpps"], 0.2)
+            trials = row["search"]["trials"]
+            self.assertGreaterEqual(len(trials), 1)
+            self.assertEqual(trials[0]["mpps"], 0.2)  # RFC 2544: the first trial at the maximum
+            if row["latency_ns"] is not None:
+                self.assertEqual(set(row["latency_ns"]),
+                                 {"min", "avg", "max", "p50", "p99", "p999"})
+            if row["cycles_per_packet"] is not None:
+                self.assertIn("switch", row["cycles_per_packet"])
+
+
+if __name__ == "__main__":
+    vltest.main(default_timeout=150)
