@@ -24,7 +24,8 @@ bool split_tx_chain(SegmentArena& arena, const Chain& chain, uint32_t hdr_len, T
   Segment* s = &arena.segs[chain.seg_begin];
   out->hdr = NetHdr{};
   if (s[0].len >= hdr_len) [[likely]] {
-    std::memcpy(&out->hdr, s[0].ptr, hdr_len);
+    if (hdr_len == sizeof(NetHdr)) std::memcpy(&out->hdr, s[0].ptr, sizeof(NetHdr));
+    else std::memcpy(&out->hdr, s[0].ptr, hdr_len);
   } else {
     gather_copy(reinterpret_cast<uint8_t*>(&out->hdr), s, chain.nsegs, 0, hdr_len);
   }
@@ -129,6 +130,15 @@ DeliverStatus deliver_frame(DeviceQueue& q, SegmentArena& scratch, NetHdr hdr, u
       return DeliverStatus::kTooBig;
     }
     hdr.num_buffers = 1;
+    const Segment& d0 = scratch.segs[first.seg_begin];
+    if (nsrc == 1 && src[0].len >= frame_len && d0.len >= total) [[likely]] {
+      // The common case: one contiguous source, one receive buffer that holds it all.
+      if (hdr_len == sizeof(NetHdr)) std::memcpy(d0.ptr, &hdr, sizeof(NetHdr));
+      else std::memcpy(d0.ptr, &hdr, hdr_len);
+      std::memcpy(d0.ptr + hdr_len, src[0].ptr, frame_len);
+      q.push_used(first.head, static_cast<uint32_t>(total));
+      return DeliverStatus::kOk;
+    }
     uint32_t hdr_left = hdr_len;
     const uint32_t w = fill_chain(&scratch.segs[first.seg_begin], first.nsegs,
                                   reinterpret_cast<const uint8_t*>(&hdr), &hdr_left, frame,
