@@ -8,19 +8,11 @@
 # made. Core plan (2 CPUs): switch PMD thread on CPU 1; testpmd forwarding on CPU 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VL=${VIRTLINK:-build/virtlink}
+. scripts/lib/demo-common.sh
 PMDS=/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0
 DURATION=${DEMO_SECONDS:-5}
 MAC_A=02:00:00:00:00:0a
 MAC_B=02:00:00:00:00:0b
-dir=$(mktemp -d /tmp/virtlink-demo.XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
 wait_for() {  # FILE SECONDS
   for _ in $(seq $(( $2 * 10 ))); do [[ -e $1 ]] && return 0; sleep 0.1; done
   echo "demo: $1 did not appear" >&2; return 1

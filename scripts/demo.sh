@@ -9,15 +9,7 @@
 # virtio-user demo (scripts/demo-dpdk.sh) instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VL=${VIRTLINK:-build/virtlink}
-dir=$(mktemp -d /tmp/virtlink-demo.XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+. scripts/lib/demo-common.sh
 fallback() {
   echo "demo: $1" >&2
   echo "demo: falling back to two DPDK virtio-user peers" >&2
