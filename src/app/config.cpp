@@ -74,7 +74,7 @@ bool get_str(const toml::node& n, const char* key, std::string* out, std::string
   return true;
 }
 
-bool load_port(const toml::table& t, port::VhostPortConfig* c, std::string* err) {
+bool load_port(const toml::table& t, port::VhostPortConfig* c, std::string* flush, std::string* err) {
   std::string type = "vhost-user";
   for (auto&& [k, v] : t) {
     const std::string key(k.str());
@@ -88,6 +88,8 @@ bool load_port(const toml::table& t, port::VhostPortConfig* c, std::string* err)
       auto b = v.value<bool>();
       if (!b) { *err = "'mrg_rxbuf' must be true or false"; return false; }
       c->mrg_rxbuf = *b;
+    } else if (key == "flush") {
+      if (!get_str(v, "flush", flush, err)) return false;
     } else {
       *err = fmt::format("unknown port key '{}'", key);
       return false;
@@ -146,7 +148,9 @@ bool load_toml(const std::string& file, SwitchConfig* out, std::string* err) {
         const toml::table* t = e.as_table();
         if (!t) { *err = "'port' entries must be tables"; return false; }
         port::VhostPortConfig pc;
-        if (!load_port(*t, &pc, err)) return false;
+        std::string flush;
+        if (!load_port(*t, &pc, &flush, err)) return false;
+        if (!flush.empty()) cfg.port_flush[pc.name] = flush;
         cfg.ports.push_back(pc);
       }
     } else {
@@ -169,9 +173,13 @@ bool validate(const SwitchConfig& cfg, std::string* err) {
     if (!names.insert(p.name).second) { *err = fmt::format("port name '{}' used twice", p.name); return false; }
     if (!paths.insert(p.path).second) { *err = fmt::format("socket path '{}' used twice", p.path); return false; }
   }
-  if (cfg.flush != "rx-batch") {
-    *err = fmt::format("flush policy '{}': only rx-batch is implemented in this version", cfg.flush);
-    return false;
+  if (!dp::parse_flush_policy(cfg.flush, err)) return false;
+  for (const auto& [name, policy] : cfg.port_flush) {
+    if (!names.count(name)) {
+      *err = fmt::format("flush policy for '{}': no such port", name);
+      return false;
+    }
+    if (!dp::parse_flush_policy(policy, err)) return false;
   }
   return true;
 }

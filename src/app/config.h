@@ -3,6 +3,7 @@
 // same settings (INTERFACES.md). Parsing is all-or-nothing: an error leaves no partial
 // configuration behind.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,7 +19,8 @@ struct SwitchConfig {
   dp::ForwardMode forward = dp::ForwardMode::kBridge;
   std::vector<int> pmd_cores;  ///< empty: one unpinned PMD thread
   dp::PmdOptions pmd;
-  std::string flush = "rx-batch";
+  std::string flush = "rx-batch";  ///< flush policy of every port (dp/flush.h)
+  std::map<std::string, std::string> port_flush;  ///< port name -> its own flush policy
   std::string control_path;    ///< empty: default_control_path()
   uint32_t mac_aging_s = 300;
   uint32_t burst = 32;
@@ -36,7 +38,7 @@ std::optional<dp::PmdMode> parse_pmd_mode(const std::string& s);
 
 /// Reads a TOML file into `cfg` (keys: forward, pmd_cores, pmd_mode, pmd_idle_us, flush,
 /// control, mac_aging_s, burst, and [[port]] tables with name, type, path, mtu,
-/// socket_mode, mrg_rxbuf). Returns false with `*err` on any unknown or invalid key.
+/// socket_mode, mrg_rxbuf, flush). Returns false with `*err` on any unknown or invalid key.
 bool load_toml(const std::string& file, SwitchConfig* cfg, std::string* err);
 
 /// Cross-checks a complete configuration (unique names and paths, port count, flush).

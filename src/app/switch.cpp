@@ -60,6 +60,12 @@ bool Switch::setup(std::string* err) {
     tables_.xc_peer[i + 1] = i;
   }
   pmds_->assign_round_robin(tables_.nports);
+  std::string perr;
+  tables_.set_flush(port::kMaxPorts, *dp::parse_flush_policy(cfg_.flush, &perr));  // validated
+  for (uint32_t i = 0; i < cfg_.ports.size(); ++i) {
+    auto it = cfg_.port_flush.find(cfg_.ports[i].name);
+    if (it != cfg_.port_flush.end()) tables_.set_flush(i, *dp::parse_flush_policy(it->second, &perr));
+  }
 
   epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
   timer_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
@@ -100,6 +106,9 @@ bool Switch::setup(std::string* err) {
   ctl_.add("pmd-stats", [this](const control::Json&, control::Json* r, std::string*) {
     *r = pmd_stats();
     return true;
+  });
+  ctl_.add("set-flush", [this](const control::Json& a, control::Json* r, std::string* e) {
+    return set_flush(a, r, e);
   });
   ctl_.add("version", [](const control::Json&, control::Json* r, std::string*) {
     *r = {{"version", VIRTLINK_VERSION}};
@@ -219,9 +228,57 @@ control::Json Switch::stats() const {
                      {"rx_bytes", c.rx_bytes},
                      {"tx_packets", c.tx_packets},
                      {"tx_bytes", c.tx_bytes},
-                     {"drops", drops}});
+                     {"drops", drops},
+                     {"flush", dp::flush_policy_name(tables_.flush_policy(i))}});
+    add_queue_age(i, &ports.back());
   }
   return {{"ports", ports}};
+}
+
+void Switch::add_queue_age(uint32_t port, control::Json* out) const {
+  // Summed over PMD threads: each has its own intermediate queue for this port.
+  uint64_t max_ns = 0;
+  uint64_t hist[dp::QueueAgeStats::kBuckets] = {};
+  for (const auto& t : pmds_->threads()) {
+    const dp::QueueAgeStats& a = t->forwarder().queue_age(port);
+    max_ns = std::max(max_ns, a.max_ns.load(std::memory_order_relaxed));
+    for (uint32_t b = 0; b < dp::QueueAgeStats::kBuckets; ++b)
+      hist[b] += a.hist[b].load(std::memory_order_relaxed);
+  }
+  control::Json h = control::Json::array();
+  for (uint32_t b = 0; b < dp::QueueAgeStats::kBuckets; ++b) {
+    if (!hist[b]) continue;
+    const uint64_t edge = b + 1 < dp::QueueAgeStats::kBuckets ? dp::QueueAgeStats::upper_edge_ns(b)
+                                                              : max_ns;
+    h.push_back({edge, hist[b]});
+  }
+  (*out)["queue_age_max_ns"] = max_ns;
+  (*out)["queue_age_histogram"] = h;
+}
+
+bool Switch::set_flush(const control::Json& args, control::Json* result, std::string* err) {
+  const control::Json argv = args.value("argv", control::Json::array());
+  if (!argv.is_array() || argv.size() != 2 || !argv[0].is_string() || !argv[1].is_string()) {
+    *err = "usage: set-flush PORT|all POLICY (immediate, rx-batch, interval=US, budget=US)";
+    return false;
+  }
+  const std::string who = argv[0], text = argv[1];
+  auto p = dp::parse_flush_policy(text, err);
+  if (!p) return false;
+  uint32_t port = port::kMaxPorts;  // all
+  if (who != "all") {
+    for (uint32_t i = 0; i < ports_.size(); ++i)
+      if (ports_[i]->config().name == who) port = i;
+    if (port == port::kMaxPorts) {
+      *err = fmt::format("no port named '{}'", who);
+      return false;
+    }
+  }
+  tables_.set_flush(port, *p);  // PMD threads pick it up at their next burst or check
+  spdlog::info("flush policy of {} set to {}", who == "all" ? "every port" : "port " + who,
+               dp::flush_policy_name(*p));
+  *result = {{"port", who}, {"flush", dp::flush_policy_name(*p)}};
+  return true;
 }
 
 control::Json Switch::ports_info() const {
@@ -287,7 +344,8 @@ control::Json Switch::pmd_stats() const {
                    {"cycles_per_packet", t->packets() ? static_cast<double>(t->busy_cycles()) /
                                                             static_cast<double>(t->packets())
                                                       : 0.0},
-                   {"rxqs", names}});
+                   {"rxqs", names},
+                   {"flush_check_gap_max_ns", t->forwarder().check_gap_max_ns()}});
   }
   return out;
 }

@@ -38,6 +38,10 @@ class Switch {
   void watch_port(uint32_t i);
   void on_tick();
   port::CounterSnapshot sum_counters(uint32_t port) const;
+  /// Adds queue_age_max_ns and queue_age_histogram of output `port` to its stats object.
+  void add_queue_age(uint32_t port, control::Json* out) const;
+  /// `ctl set-flush PORT|all POLICY`.
+  bool set_flush(const control::Json& args, control::Json* result, std::string* err);
 
   SwitchConfig cfg_;
   dp::SwitchTables tables_;

@@ -14,7 +14,7 @@ void add_ctl_command(CLI::App& app, CtlArgs& a) {
   CLI::App* c = app.add_subcommand("ctl", "Query or control a running switch");
   c->add_option("--control", a.control, "control socket (default /run/virtlink/virtlink.ctl)");
   c->add_flag("--json", a.json, "print the reply as JSON");
-  c->add_option("command", a.command, "stats | ports | fdb | pmd-stats | version")->required();
+  c->add_option("command", a.command, "stats | ports | fdb | pmd-stats | set-flush PORT|all POLICY | version")->required();
   c->add_option("args", a.args, "command arguments");
 }
 

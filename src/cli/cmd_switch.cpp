@@ -19,7 +19,9 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
   s->add_option("--pmd-mode", a.pmd_mode, "poll (default), interrupt or adaptive")
       ->check(CLI::IsMember({"poll", "interrupt", "adaptive"}));
   s->add_option("--pmd-idle-us", a.pmd_idle_us, "adaptive mode: idle microseconds before sleeping (200)");
-  s->add_option("--flush", a.flush, "output batching policy: rx-batch (default)");
+  s->add_option("--flush", a.flush,
+                "output batching: POLICY for every port, or PORT:POLICY for one (repeat); "
+                "POLICY is immediate, rx-batch (default), interval=US or budget=US");
   s->add_option("--control", a.control, "control socket (default /run/virtlink/virtlink.ctl)");
   s->add_option("--mac-aging", a.mac_aging_s, "MAC table aging in seconds (300)");
   s->add_option("--burst", a.burst, "packets taken from a queue per poll (32, at most 64)");
@@ -51,7 +53,11 @@ int run_switch(const SwitchArgs& a) {
   }
   if (!a.pmd_mode.empty()) cfg.pmd.mode = *app::parse_pmd_mode(a.pmd_mode);
   if (a.pmd_idle_us) cfg.pmd.idle_us = a.pmd_idle_us;
-  if (!a.flush.empty()) cfg.flush = a.flush;
+  for (const auto& f : a.flush) {
+    const size_t colon = f.find(':');
+    if (colon == std::string::npos) cfg.flush = f;
+    else cfg.port_flush[f.substr(0, colon)] = f.substr(colon + 1);
+  }
   if (!a.control.empty()) cfg.control_path = a.control;
   if (a.mac_aging_s) cfg.mac_aging_s = a.mac_aging_s;
   if (a.burst) cfg.burst = a.burst;

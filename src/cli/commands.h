@@ -13,7 +13,7 @@ struct SwitchArgs {
   std::string forward;
   std::string pmd_cores;
   std::string pmd_mode;
-  std::string flush;
+  std::vector<std::string> flush;  ///< POLICY (every port) or PORT:POLICY
   std::string control;
   uint32_t pmd_idle_us = 0;
   uint32_t mac_aging_s = 0;

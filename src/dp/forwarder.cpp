@@ -12,11 +12,42 @@ using port::Drop;
 using port::PortCounters;
 using namespace vl::virtio;
 
-void Forwarder::flood(uint32_t in, uint32_t pkt) {
+namespace {
+constexpr uint64_t bit(uint32_t i) { return uint64_t{1} << i; }
+}  // namespace
+
+Forwarder::Forwarder(SwitchTables* t, uint64_t (*clock)()) : t_(t), clock_(clock) {
+  for (uint32_t i = 0; i < kPoolSlots; ++i) free_[i] = static_cast<uint16_t>(kPoolSlots - 1 - i);
+  nfree_ = kPoolSlots;
+}
+
+void Forwarder::refresh_policies() {
+  const uint64_t g = t_->flush_gen.load(std::memory_order_acquire);
+  if (g == pol_gen_) [[likely]] return;
+  pol_gen_ = g;
+  for (uint32_t i = 0; i < port::kMaxPorts; ++i) pol_[i] = t_->flush_policy(i);
+}
+
+void Forwarder::enqueue(uint32_t out, uint16_t s) {
+  Txq& q = txq_[out];
+  if (q.n == kTxqCap) [[unlikely]] flush_port(out, 0);
+  Slot& sl = pool_[s];
+  if (!q.n) {
+    q.oldest_ns = sl.t_ns;
+    held_ |= bit(out);
+  }
+  q.slot[q.n++] = s;
+  ++sl.refs;
+  burst_out_ |= bit(out);
+  if (sl.nsegs > kInlineSegs) [[unlikely]] must_flush_ |= bit(out);
+  if (due_on_enqueue(pol_[out], q.n, t_->burst)) flush_port(out, 0);
+}
+
+void Forwarder::flood(uint32_t in, uint16_t s) {
   bool any = false;
   for (uint32_t o = 0; o < t_->nports; ++o) {
     if (o == in || !t_->ports[o]->active()) continue;
-    enqueue(o, pkt);
+    enqueue(o, s);
     any = true;
   }
   if (!any) counters_[in].drop(Drop::kNoDestination);
@@ -38,7 +69,10 @@ uint32_t Forwarder::poll(uint32_t in) {
     }
     return 0;
   }
+  refresh_policies();
   const uint32_t n = std::min<uint32_t>(static_cast<uint32_t>(pending), t_->burst);
+  if (nfree_ < n) [[unlikely]] flush_all();  // every slot is queued: deliver them all
+  const uint64_t now = clock_();
   PortCounters& c = counters_[in];
   arena_.clear();
   uint32_t k = 0;
@@ -48,15 +82,23 @@ uint32_t Forwarder::poll(uint32_t in) {
     Chain ch;
     switch (q->pop<false>(arena_, &ch)) {
       case PopStatus::kOk: {
-        Pkt& pk = pkts_[k];
-        if (!split_tx_chain(arena_, ch, d.hdr_len, &pk.f)) [[unlikely]] {
+        TxFrame f;
+        if (!split_tx_chain(arena_, ch, d.hdr_len, &f)) [[unlikely]] {
           c.drop(Drop::kBadHeader);
           q->push_used(ch.head, 0);
           break;
         }
-        pk.head = ch.head;
-        bytes += pk.f.len;
-        ++k;
+        const uint16_t s = free_[--nfree_];
+        Slot& sl = pool_[s];
+        sl.segs = &arena_.segs[f.seg_begin];
+        sl.nsegs = f.nsegs;
+        sl.len = f.len;
+        sl.t_ns = now;
+        sl.head = ch.head;
+        sl.src = static_cast<uint8_t>(in);
+        sl.refs = 1;  // this burst's pin, released below
+        burst_[k++] = s;
+        bytes += f.len;
         break;
       }
       case PopStatus::kBadChain: c.drop(Drop::kBadDescriptor); break;
@@ -66,87 +108,168 @@ uint32_t Forwarder::poll(uint32_t in) {
   }
   PortCounters::add(c.rx_packets, taken);
   PortCounters::add(c.rx_bytes, bytes);
+  senders_dirty_ |= bit(in);
+  if (k) {
+    live_from_[in] += k;
+    live_src_ |= bit(in);
+  }
 
-  // Classify.
-  const uint32_t now = t_->now_s.load(std::memory_order_relaxed);
+  // Classify into the intermediate queues (immediate and full queues are delivered here).
+  const uint32_t now_s = t_->now_s.load(std::memory_order_relaxed);
   Mac last_src = ~Mac{0};
   for (uint32_t i = 0; i < k; ++i) {
-    const TxFrame& f = pkts_[i].f;
+    const uint16_t s = burst_[i];
     if (t_->mode == ForwardMode::kXconnect) {
       const uint32_t o = t_->xc_peer[in];
       if (o == SwitchTables::kNoPeer) c.drop(Drop::kNoDestination);
-      else enqueue(o, i);
+      else enqueue(o, s);
       continue;
     }
+    const Slot& sl = pool_[s];
     uint8_t eth[12];
-    const Segment& s0 = arena_.segs[f.seg_begin];
-    if (s0.len >= 12) [[likely]] std::memcpy(eth, s0.ptr, 12);
-    else gather_copy(eth, &arena_.segs[f.seg_begin], f.nsegs, 0, 12);
+    if (sl.segs[0].len >= 12) [[likely]] std::memcpy(eth, sl.segs[0].ptr, 12);
+    else gather_copy(eth, sl.segs, sl.nsegs, 0, 12);
     const Mac dst = mac_from_bytes(eth);
     const Mac src = mac_from_bytes(eth + 6);
     if (src != last_src && !mac_is_multicast(src)) {
-      t_->fdb->learn(src, in, now);
+      t_->fdb->learn(src, in, now_s);
       last_src = src;
     }
     if (mac_is_multicast(dst)) {
-      flood(in, i);
+      flood(in, s);
       continue;
     }
     const uint32_t o = t_->fdb->lookup(dst);
-    if (o == Fdb::kNoPort || o >= t_->nports) flood(in, i);
+    if (o == Fdb::kNoPort || o >= t_->nports) flood(in, s);
     else if (o == in) c.drop(Drop::kNoDestination);  // never back out of the ingress port
-    else enqueue(o, i);
+    else enqueue(o, s);
   }
-  flush(in);
 
-  // Give the transmitted buffers back to the sender.
-  for (uint32_t i = 0; i < k; ++i) q->push_used(pkts_[i].head, 0);
-  q->publish_used();
+  // End of the receive burst: rx-batch queues, and queues holding a frame whose segments
+  // cannot be kept past this burst, are delivered now.
+  uint64_t due = must_flush_;
+  for (uint64_t m = burst_out_; m; m &= m - 1) {
+    const uint32_t o = static_cast<uint32_t>(std::countr_zero(m));
+    if (due_at_burst_end(pol_[o])) due |= bit(o);
+  }
+  for (due &= held_; due; due &= due - 1) flush_port(static_cast<uint32_t>(std::countr_zero(due)), 0);
+  burst_out_ = must_flush_ = 0;
+
+  // Release the burst's pins: a frame no queue holds goes back to its sender now; a held
+  // one keeps its segments in its slot (the arena is reused by the next burst).
+  for (uint32_t i = 0; i < k; ++i) {
+    const uint16_t s = burst_[i];
+    Slot& sl = pool_[s];
+    if (--sl.refs == 0) {
+      complete(s);
+    } else if (sl.segs != sl.inl) {
+      std::memcpy(sl.inl, sl.segs, sl.nsegs * sizeof(Segment));  // nsegs <= kInlineSegs
+      sl.segs = sl.inl;
+    }
+  }
+  if (held_) flush_due();
+  publish_senders();
   return taken;
 }
 
-void Forwarder::flush(uint32_t in) {
-  while (touched_) {
-    const uint32_t o = static_cast<uint32_t>(std::countr_zero(touched_));
-    touched_ &= touched_ - 1;
-    const uint32_t cnt = outn_[o];
-    outn_[o] = 0;
-    port::VhostPort* op = t_->ports[o];
-    DeviceQueue* rq = op->active() ? op->dp().rxq : nullptr;
-    if (!rq || rq->broken()) {
-      counters_[in].drop(Drop::kNoDestination, cnt);
+void Forwarder::flush_due() {
+  refresh_policies();
+  const uint64_t now = clock_();
+  const uint64_t prev = gap_fresh_ ? 0 : gap_.last_check_ns();
+  gap_.check(now, gap_fresh_);
+  gap_fresh_ = false;
+  const uint64_t predicted = gap_.predict();
+  for (uint64_t m = held_; m; m &= m - 1) {
+    const uint32_t o = static_cast<uint32_t>(std::countr_zero(m));
+    if (due_at_check(pol_[o], txq_[o].oldest_ns, now, predicted)) flush_port(o, prev);
+  }
+  if (!held_) gap_fresh_ = true;
+  publish_senders();
+}
+
+void Forwarder::flush_all() {
+  while (held_) flush_port(static_cast<uint32_t>(std::countr_zero(held_)), 0);
+  gap_fresh_ = true;
+  publish_senders();
+}
+
+void Forwarder::release_paused() {
+  for (uint64_t m = held_ | live_src_; m; m &= m - 1) {
+    if (!t_->ports[std::countr_zero(m)]->active()) {
+      flush_all();
+      return;
+    }
+  }
+}
+
+void Forwarder::complete(uint16_t s) {
+  const Slot& sl = pool_[s];
+  const uint32_t src = sl.src;
+  DeviceQueue* q = t_->ports[src]->dp().txq;  // unchanged while we hold its chains (pmd.h)
+  if (q) q->push_used(sl.head, 0);
+  senders_dirty_ |= bit(src);
+  free_[nfree_++] = s;
+  if (--live_from_[src] == 0) live_src_ &= ~bit(src);
+}
+
+void Forwarder::publish_senders() {
+  for (; senders_dirty_; senders_dirty_ &= senders_dirty_ - 1) {
+    DeviceQueue* q = t_->ports[std::countr_zero(senders_dirty_)]->dp().txq;
+    if (q) q->publish_used();
+  }
+}
+
+void Forwarder::flush_port(uint32_t o, uint64_t prev_check_ns) {
+  Txq& tq = txq_[o];
+  const uint32_t cnt = tq.n;
+  tq.n = 0;
+  held_ &= ~bit(o);
+  port::VhostPort* op = t_->ports[o];
+  DeviceQueue* rq = op->active() ? op->dp().rxq : nullptr;
+  if (!rq || rq->broken()) {
+    for (uint32_t j = 0; j < cnt; ++j) {
+      const uint16_t s = tq.slot[j];
+      counters_[pool_[s].src].drop(Drop::kNoDestination);
+      unref(s);
+    }
+    return;
+  }
+  const uint64_t now = clock_();
+  if (prev_check_ns && now > prev_check_ns &&
+      now - prev_check_ns > gap_max_ns_.load(std::memory_order_relaxed))
+    gap_max_ns_.store(now - prev_check_ns, std::memory_order_relaxed);
+  const port::PortDp& od = op->dp();
+  PortCounters& oc = counters_[o];
+  QueueAgeStats& age = age_[o];
+  uint64_t sent = 0, bytes = 0;
+  uint32_t j = 0;
+  for (; j < cnt; ++j) {
+    const Slot& sl = pool_[tq.slot[j]];
+    age.add(now > sl.t_ns ? now - sl.t_ns : 0);
+    if (sl.len > od.max_frame) [[unlikely]] {
+      oc.drop(Drop::kTooBig);
       continue;
     }
-    const port::PortDp& od = op->dp();
-    PortCounters& oc = counters_[o];
-    uint64_t sent = 0, bytes = 0;
-    for (uint32_t j = 0; j < cnt; ++j) {
-      const TxFrame& f = pkts_[outq_[o][j]].f;
-      if (f.len > od.max_frame) [[unlikely]] {
-        oc.drop(Drop::kTooBig);
-        continue;
-      }
-      const DeliverStatus st = deliver_frame(*rq, scratch_, NetHdr{}, od.hdr_len,
-                                             &arena_.segs[f.seg_begin], f.nsegs, f.len,
-                                             od.mrg_rxbuf);
-      if (st == DeliverStatus::kOk) [[likely]] {
-        ++sent;
-        bytes += f.len;
-      } else if (st == DeliverStatus::kNoBuffer) {
-        oc.drop(Drop::kNoRxBuffer);
-      } else if (st == DeliverStatus::kTooBig) {
-        oc.drop(Drop::kTooBig);
-      } else {
-        oc.drop(Drop::kRingBroken, cnt - j);
-        VL_LOG_RL(spdlog::level::err, "port {}: malformed receive chain; receive queue stopped",
-                  op->config().name);
-        break;
-      }
+    const DeliverStatus st = deliver_frame(*rq, scratch_, NetHdr{}, od.hdr_len, sl.segs, sl.nsegs,
+                                           sl.len, od.mrg_rxbuf);
+    if (st == DeliverStatus::kOk) [[likely]] {
+      ++sent;
+      bytes += sl.len;
+    } else if (st == DeliverStatus::kNoBuffer) {
+      oc.drop(Drop::kNoRxBuffer);
+    } else if (st == DeliverStatus::kTooBig) {
+      oc.drop(Drop::kTooBig);
+    } else {
+      oc.drop(Drop::kRingBroken, cnt - j);
+      VL_LOG_RL(spdlog::level::err, "port {}: malformed receive chain; receive queue stopped",
+                op->config().name);
+      break;
     }
-    PortCounters::add(oc.tx_packets, sent);
-    PortCounters::add(oc.tx_bytes, bytes);
-    rq->publish_used();
   }
+  PortCounters::add(oc.tx_packets, sent);
+  PortCounters::add(oc.tx_bytes, bytes);
+  rq->publish_used();
+  for (uint32_t i = 0; i < cnt; ++i) unref(tq.slot[i]);
 }
 
 }  // namespace vl::dp

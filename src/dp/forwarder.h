@@ -1,16 +1,30 @@
 #pragma once
 // The per-PMD-thread forwarding engine: drains one port's transmit queue in a burst,
-// classifies each frame (L2 bridge or cross-connect), gathers frames per output port and
-// delivers each gathered group with one used-ring update and at most one notification.
+// classifies each frame (L2 bridge or cross-connect), gathers frames in intermediate queues
+// (one per output port: this thread's txq state for that port) and delivers each queue with
+// one used-ring update and at most one notification, when its flush policy says so
+// (dp/flush.h: immediate, rx-batch, interval=US, budget=US; per output port, changeable at
+// run time).
 //
 // Copies: a frame is copied once, from the sender's TX buffer (guest memory) straight into
 // the receiver's RX buffer (guest memory), by virtio::deliver_frame. A flooded frame is
 // copied once per receiving port. Nothing else copies packet data; the only other bytes
-// read are the virtio-net header and the 12 bytes of MAC addresses, into locals.
+// read are the virtio-net header and the 12 bytes of MAC addresses, into locals. A queued
+// frame is a slot holding pointers to the sender's buffers; the sender's descriptor chain
+// is returned (used ring) only when every queue it sits in has been delivered, so frames
+// held across bursts keep their chains in flight (the device may return them out of order:
+// VIRTIO_F_IN_ORDER is not offered).
+//
+// Threads: a Forwarder belongs to one PMD thread; nothing in it is shared (no locks), except
+// the counters and queue-age statistics the control thread reads (relaxed atomics).
+// Quiescence (dp/pmd.h): frames held across passes point into their sender's memory and
+// will be written into their receiver's rings, so the PMD thread calls release_paused()
+// right after each quiescent point; it delivers every queue if a port involved has paused.
 #include <atomic>
 #include <cstdint>
 
 #include "dp/fdb.h"
+#include "dp/flush.h"
 #include "port/port.h"
 #include "port/vhost_port.h"
 #include "virtio/net_copy.h"
@@ -33,41 +47,113 @@ struct SwitchTables {
   uint32_t burst = 32;
   /// Bumped by the control thread whenever a port's datapath view changes.
   std::atomic<uint64_t> ports_gen{0};
+  /// Flush policy of each output port (FlushPolicy::encode()), written by the control
+  /// thread at any time (set_flush); PMD threads re-read them when flush_gen changes.
+  std::atomic<uint64_t> flush[port::kMaxPorts] = {};
+  std::atomic<uint64_t> flush_gen{0};
   static constexpr uint32_t kNoPeer = 0xffffffff;
+
+  SwitchTables() {
+    for (auto& f : flush) f.store(FlushPolicy{}.encode(), std::memory_order_relaxed);
+  }
+  /// Sets the flush policy of `port` (or of every port when port >= kMaxPorts).
+  void set_flush(uint32_t port, FlushPolicy p) {
+    for (uint32_t i = 0; i < port::kMaxPorts; ++i)
+      if (port >= port::kMaxPorts || i == port) flush[i].store(p.encode(), std::memory_order_relaxed);
+    flush_gen.fetch_add(1, std::memory_order_release);
+  }
+  FlushPolicy flush_policy(uint32_t port) const {
+    return FlushPolicy::decode(flush[port].load(std::memory_order_relaxed));
+  }
 };
 
 class Forwarder {
  public:
-  explicit Forwarder(SwitchTables* t) : t_(t) {}
+  /// `clock`: ns of a monotonic clock (tests pass a fake one).
+  explicit Forwarder(SwitchTables* t, uint64_t (*clock)() = &tsc_now_ns);
   Forwarder(const Forwarder&) = delete;
 
   /// Drains up to one burst from port `in`'s transmit queue and forwards it.
   /// Returns the number of descriptor chains taken from the queue.
   uint32_t poll(uint32_t in);
 
+  /// End of a poll loop: delivers the held queues whose time has come (interval, budget).
+  void end_pass() {
+    if (held_) flush_due();
+  }
+  /// Delivers every queue (before sleeping, when stopping).
+  void flush_all();
+  /// After a quiescent point: delivers every queue if one of the ports it involves (as
+  /// sender or receiver) has paused, so that the control thread may change that port
+  /// after the next quiescent point (dp/pmd.h).
+  void release_paused();
+  /// Frames waiting in intermediate queues.
+  bool holding() const { return held_ != 0; }
+
   /// Counters of `port` as seen by this thread.
   const port::PortCounters& counters(uint32_t port) const { return counters_[port]; }
+  /// Queue ages of output `port` as seen by this thread.
+  const QueueAgeStats& queue_age(uint32_t port) const { return age_[port]; }
+  /// Longest time (ns) between a deadline check and the delivery, at the next check, of a
+  /// queue that was due: the "one poll loop" by which interval=US may exceed US.
+  uint64_t check_gap_max_ns() const { return gap_max_ns_.load(std::memory_order_relaxed); }
 
  private:
-  struct Pkt {
-    virtio::TxFrame f;
-    uint16_t head;
+  /// A frame taken from a sender's transmit queue: its segments live in the burst's arena
+  /// while the burst is classified and are copied into `inl` if it stays queued longer.
+  static constexpr uint32_t kInlineSegs = 4;
+  struct Slot {
+    const virtio::Segment* segs;
+    uint32_t nsegs;
+    uint32_t len;
+    uint64_t t_ns;   ///< when its burst was taken (start of its queue age)
+    uint16_t head;   ///< the sender's descriptor chain
+    uint8_t src;     ///< the sender's port
+    uint8_t refs;    ///< queues holding it, +1 while its burst is classified
+    virtio::Segment inl[kInlineSegs];
   };
-  void enqueue(uint32_t out, uint32_t pkt) {
-    if (!outn_[out]) touched_ |= uint64_t{1} << out;
-    outq_[out][outn_[out]++] = static_cast<uint8_t>(pkt);
+  static constexpr uint32_t kPoolSlots = 1024;
+  /// One intermediate queue: this thread's txq state for one output port.
+  static constexpr uint32_t kTxqCap = 2 * kMaxBurst;
+  struct Txq {
+    uint16_t slot[kTxqCap];
+    uint32_t n = 0;
+    uint64_t oldest_ns = 0;
+  };
+
+  void enqueue(uint32_t out, uint16_t s);
+  void flood(uint32_t in, uint16_t s);
+  void flush_port(uint32_t out, uint64_t check_ns);
+  void flush_due();
+  void unref(uint16_t s) {
+    if (--pool_[s].refs == 0) complete(s);
   }
-  void flood(uint32_t in, uint32_t pkt);
-  void flush(uint32_t in);
+  void complete(uint16_t s);
+  void publish_senders();
+  void refresh_policies();
+  bool gap_fresh_ = true;         // no check since the queues were last all empty
 
   SwitchTables* t_;
+  uint64_t (*clock_)();
   virtio::SegmentArena arena_;    // segments of the frames taken in this burst
   virtio::SegmentArena scratch_;  // segments of the receive buffers being filled
-  Pkt pkts_[kMaxBurst];
-  uint8_t outq_[port::kMaxPorts][kMaxBurst];
-  uint8_t outn_[port::kMaxPorts] = {};
-  uint64_t touched_ = 0;
+  Slot pool_[kPoolSlots];
+  uint16_t free_[kPoolSlots];
+  uint32_t nfree_ = 0;
+  uint16_t burst_[kMaxBurst];     // the slots of the burst being classified
+  Txq txq_[port::kMaxPorts];
+  uint64_t held_ = 0;             // outputs whose queue is not empty
+  uint64_t burst_out_ = 0;        // outputs that got frames in this burst
+  uint64_t must_flush_ = 0;       // outputs with a frame that cannot be held (too many segments)
+  uint64_t senders_dirty_ = 0;    // ports whose transmit queue has unpublished used entries
+  uint32_t live_from_[port::kMaxPorts] = {};  // slots in use per sender
+  uint64_t live_src_ = 0;         // senders with slots in use
+  FlushPolicy pol_[port::kMaxPorts];
+  uint64_t pol_gen_ = ~0ull;
+  CheckGapEstimator gap_;
+  std::atomic<uint64_t> gap_max_ns_{0};
   port::PortCounters counters_[port::kMaxPorts];
+  QueueAgeStats age_[port::kMaxPorts];
 };
 
 }  // namespace vl::dp

@@ -98,6 +98,9 @@ void PmdThread::watch_kick(uint32_t port, int fd) {
 void PmdThread::unwatch_kick(int fd) { epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr); }
 
 bool PmdThread::try_sleep() {
+  // Nothing waits in an intermediate queue while this thread sleeps (dp/flush.h), and a
+  // sleeping thread holds nothing of any port (it counts as quiescent).
+  fw_->flush_all();
   // Ask every queue for a kick, then look once more: a frame that arrived in between
   // would otherwise wait for the next kick.
   bool pending = false;
@@ -140,7 +143,8 @@ void PmdThread::run() {
   bool kicks_on = true;  // a ring starts with kicks enabled (used flags 0, avail_event 0)
   uint64_t seen_gen = 0;
   while (!stop_.load(std::memory_order_relaxed)) {
-    passes_.fetch_add(1, std::memory_order_seq_cst);  // quiescent point: no port in use here
+    passes_.fetch_add(1, std::memory_order_seq_cst);  // quiescent point (see pmd.h)
+    if (fw_->holding()) fw_->release_paused();  // frames held across passes: pmd.h
     const uint64_t gen = t_->ports_gen.load(std::memory_order_relaxed);
     if (gen != seen_gen) {  // a port (re)started: its ring asks for kicks again
       seen_gen = gen;
@@ -149,6 +153,7 @@ void PmdThread::run() {
     const uint64_t t0 = __builtin_ia32_rdtsc();
     uint32_t got = 0;
     for (uint32_t p : ports_) got += fw_->poll(p);
+    fw_->end_pass();  // held queues whose interval or budget is up
     if (got) {
       const uint64_t t1 = __builtin_ia32_rdtsc();
       busy_passes_.store(busy_passes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -184,6 +189,7 @@ void PmdThread::run() {
       }
     }
   }
+  fw_->flush_all();  // no frame stays behind in an intermediate queue
   exited_.store(true, std::memory_order_release);
 }
 
@@ -218,6 +224,7 @@ bool PmdSet::start(std::string* err) {
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = 0;
   sigaction(kInterruptSignal, &sa, nullptr);
+  calibrate_tsc_ns();  // the clock of the intermediate queues (dp/flush.h)
   for (auto& t : threads_) {
     if (!t->start(err)) return false;
   }
@@ -237,7 +244,10 @@ void PmdSet::wait_quiescent() {
   for (auto& t : threads_) seen.push_back(t->passes());
   for (size_t i = 0; i < threads_.size(); ++i) {
     uint64_t next_interrupt = now_ns() + 10000000;
-    while (threads_[i]->passes() == seen[i] && !threads_[i]->sleeping()) {
+    // Two quiescent points: frames held across passes are released right after one
+    // (Forwarder::release_paused) if a port they involve was seen paused there; the
+    // first point after our `active = false` may not have seen it, the second has.
+    while (threads_[i]->passes() - seen[i] < 2 && !threads_[i]->sleeping()) {
       timespec ts{0, 5000};
       nanosleep(&ts, nullptr);
       // A pass takes microseconds; 10 ms means the thread is blocked on a front-end's fd

@@ -7,7 +7,13 @@
 //   adaptive   busy-poll while traffic flows, sleep as in interrupt mode after
 //              `idle_us` microseconds without a packet.
 // Quiescence: each pass starts with a seq_cst increment of `passes`; a sleeping thread sets
-// `sleeping`. The control thread waits for one of the two before touching a paused port.
+// `sleeping`. Output batching (dp/flush.h) may hold frames across passes (pointers into
+// their sender's memory, to be written into their receiver's ring): right after each
+// increment the thread checks the ports its queues involve and delivers every queue if one
+// of them is paused (Forwarder::release_paused), and it delivers every queue before it
+// sleeps. So the control thread, after clearing a port's `active`, waits for two increments
+// (the second one follows a check that saw the port paused) or for the thread to sleep
+// before touching the port.
 // Watchdog: a pass never waits on a front-end, but a front-end can make the one write a
 // PMD thread does to its fds (the call eventfd) block forever. A thread that is awake and
 // has not finished a pass for 10 ms while the control thread waits for it, or for a whole

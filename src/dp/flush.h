@@ -1,0 +1,140 @@
+#pragma once
+// Output batching: the flush policies of the intermediate queues (one queue per PMD thread
+// and output port, dp/forwarder.h) and the decisions of when a queue is delivered.
+//
+// Policies (INTERFACES.md --flush, `virtlink ctl set-flush PORT|all POLICY`):
+//   immediate     no gathering: each frame is delivered as it is classified (one used-ring
+//                 update, and possibly one notification, per frame);
+//   rx-batch      frames are gathered per output port during one receive burst and
+//                 delivered at its end (the default; OVS's tx-flush-interval=0);
+//   interval=US   a queue is held until its oldest frame is US microseconds old (checked
+//                 after every receive burst and every poll loop, so a frame waits at most
+//                 US plus one poll loop), or until a full burst is gathered; like OVS's
+//                 tx-flush-interval;
+//   budget=US     a latency budget: a queue is delivered when its oldest frame would
+//                 otherwise exceed US microseconds before the next check (the check
+//                 predicts the gap to the next one from the recent poll loops), or as soon
+//                 as a full burst is gathered.
+// Under every policy the queues are delivered before the PMD thread sleeps (interrupt and
+// adaptive PMD modes), when a port they involve pauses, and when the thread stops: no frame
+// waits for the next frame.
+//
+// Everything here takes times as arguments (ns of any monotonic clock), so the decisions
+// are tested with a fake clock (tests/unit/flush_test.cpp).
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace vl::dp {
+
+enum class FlushKind : uint8_t { kImmediate, kRxBatch, kInterval, kBudget };
+
+/// Largest US of interval=US and budget=US (one second).
+inline constexpr uint32_t kMaxFlushUs = 1000000;
+
+/// A flush policy; `us` is used by kInterval and kBudget only.
+struct FlushPolicy {
+  FlushKind kind = FlushKind::kRxBatch;
+  uint32_t us = 0;
+
+  /// One 64-bit word (for the per-port atomics the control thread writes at run time).
+  uint64_t encode() const { return (uint64_t{us} << 8) | static_cast<uint8_t>(kind); }
+  static FlushPolicy decode(uint64_t w) {
+    return {static_cast<FlushKind>(w & 0xff), static_cast<uint32_t>(w >> 8)};
+  }
+  /// The policy holds frames across receive bursts (interval, budget).
+  bool holds() const { return kind == FlushKind::kInterval || kind == FlushKind::kBudget; }
+  bool operator==(const FlushPolicy&) const = default;
+};
+
+/// Parses "immediate", "rx-batch", "interval=US", "budget=US" (US an integer in
+/// 0..kMaxFlushUs; interval=0 is accepted and behaves as rx-batch). Returns nullopt with
+/// `*err` set otherwise.
+std::optional<FlushPolicy> parse_flush_policy(std::string_view s, std::string* err);
+/// The policy as parse_flush_policy() reads it ("interval=50").
+std::string flush_policy_name(FlushPolicy p);
+
+/// Whether a queue of `count` frames must be delivered right after a frame was added to it
+/// (immediate, or a full burst of `burst` frames under any policy).
+inline bool due_on_enqueue(FlushPolicy p, uint32_t count, uint32_t burst) {
+  return p.kind == FlushKind::kImmediate || count >= burst;
+}
+
+/// Whether a queue must be delivered at the end of the receive burst that added to it.
+inline bool due_at_burst_end(FlushPolicy p) {
+  return !p.holds() || (p.kind == FlushKind::kInterval && p.us == 0);
+}
+
+/// Whether a held queue whose oldest frame entered it at `oldest_ns` must be delivered at a
+/// check at `now_ns`. `gap_ns`: the expected time until the next check (budget only).
+inline bool due_at_check(FlushPolicy p, uint64_t oldest_ns, uint64_t now_ns, uint64_t gap_ns) {
+  const uint64_t age = now_ns > oldest_ns ? now_ns - oldest_ns : 0;
+  const uint64_t limit = uint64_t{p.us} * 1000;
+  switch (p.kind) {
+    case FlushKind::kImmediate:
+    case FlushKind::kRxBatch: return true;
+    case FlushKind::kInterval: return age >= limit;
+    case FlushKind::kBudget: return age + gap_ns >= limit;
+  }
+  return true;
+}
+
+/// Predicts the time between two deadline checks of a PMD thread: an exponentially
+/// weighted mean (weight 1/8) of the recent gaps, doubled, and never below the last gap,
+/// so that a budget is kept when loops vary by up to 2x. Times in ns.
+class CheckGapEstimator {
+ public:
+  /// Records a check at `now_ns`; `fresh`: the previous check is unrelated (the queues
+  /// were empty in between), so no gap is measured.
+  void check(uint64_t now_ns, bool fresh) {
+    if (!fresh && last_ns_ && now_ns > last_ns_) {
+      const uint64_t g = now_ns - last_ns_;
+      ewma_ns_ = ewma_ns_ ? ewma_ns_ - (ewma_ns_ >> 3) + (g >> 3) : g;
+      last_gap_ns_ = g;
+    }
+    last_ns_ = now_ns;
+  }
+  uint64_t predict() const { return 2 * ewma_ns_ > last_gap_ns_ ? 2 * ewma_ns_ : last_gap_ns_; }
+  uint64_t last_check_ns() const { return last_ns_; }
+
+ private:
+  uint64_t last_ns_ = 0;
+  uint64_t ewma_ns_ = 0;
+  uint64_t last_gap_ns_ = 0;
+};
+
+/// Queue age (ns from the moment a frame was taken from its sender's transmit queue to the
+/// start of its delivery into the output port's receive queue) of one output port as seen
+/// by one PMD thread: the maximum and a log2 histogram. Single writer (the PMD thread),
+/// read by the control thread with relaxed loads.
+struct QueueAgeStats {
+  /// Bucket b counts ages below 2^(b+8) ns (bucket 0: below 256 ns); the last bucket
+  /// counts everything above the one before it.
+  static constexpr uint32_t kBuckets = 24;
+  static uint64_t upper_edge_ns(uint32_t b) { return uint64_t{1} << (b + 8); }
+  static uint32_t bucket(uint64_t age_ns) {
+    if (age_ns < 256) return 0;
+    const uint32_t b = static_cast<uint32_t>(64 - __builtin_clzll(age_ns)) - 8;
+    return b < kBuckets ? b : kBuckets - 1;
+  }
+  std::atomic<uint64_t> max_ns{0};
+  std::atomic<uint64_t> hist[kBuckets] = {};
+
+  void add(uint64_t age_ns, uint64_t n = 1) {
+    std::atomic<uint64_t>& h = hist[bucket(age_ns)];
+    h.store(h.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    if (age_ns > max_ns.load(std::memory_order_relaxed))
+      max_ns.store(age_ns, std::memory_order_relaxed);
+  }
+};
+
+/// A monotonic clock in ns from the TSC (calibrated once against CLOCK_MONOTONIC by
+/// calibrate_tsc_ns(); before that it reads CLOCK_MONOTONIC). About 10 ns a read.
+uint64_t tsc_now_ns();
+/// Measures the TSC rate over ~10 ms (called once by the switch before its PMD threads
+/// start; thread-safe to call again).
+void calibrate_tsc_ns();
+
+}  // namespace vl::dp
