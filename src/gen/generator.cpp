@@ -190,7 +190,26 @@ GenResult Generator::run() {
   for (auto& s : seq) s.reset(planned);
   // stream id = index in tx; a stream is received on tx[s].peer.
 
-  // Prefill every transmit buffer with its stream's frame template (flow 0).
+  // Prefill every transmit buffer with its stream's frame template (flow 0). A switch that
+  // batches output may still hold frames of the learning phase or of an earlier trial (their
+  // buffers in flight): wait for them (up to 2 s) instead of rewriting a buffer it will read.
+  {
+    const uint64_t wait_end = rdtsc() + static_cast<uint64_t>(2.0 * clock_.hz());
+    for (;;) {
+      bool all_back = true;
+      for (auto& p : ports_) {
+        p.reclaim();
+        if (p.tx_free() < p.config().queue_size) all_back = false;
+      }
+      if (all_back) break;
+      if (rdtsc() > wait_end) {
+        spdlog::warn("gen: transmit buffers still in flight after 2 s; rewriting them");
+        break;
+      }
+      timespec d{0, 100 * 1000};
+      nanosleep(&d, nullptr);
+    }
+  }
   for (auto& t : tx) {
     VPort& vp = ports_[t.port];
     for (uint32_t i = 0; i < vp.config().queue_size; ++i) {

@@ -1,0 +1,226 @@
+// Flush policies of the intermediate queues (dp/flush.h), with a fake clock: parsing, the
+// decisions at enqueue / end of burst / deadline checks, the check-gap estimator, the
+// queue-age histogram, and a simulated PMD loop that asserts the documented bounds
+// (interval=US holds a frame at most US plus one check gap; budget=US keeps US when the
+// loops are steady; every policy leaves nothing queued once it flushes before sleeping).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <deque>
+#include <random>
+
+#include "dp/flush.h"
+
+namespace vl::dp {
+namespace {
+
+FlushPolicy P(const char* s) {
+  std::string err;
+  auto p = parse_flush_policy(s, &err);
+  EXPECT_TRUE(p.has_value()) << s << ": " << err;
+  return p.value_or(FlushPolicy{});
+}
+
+TEST(FlushPolicy, ParsesAndNames) {
+  EXPECT_EQ(P("immediate").kind, FlushKind::kImmediate);
+  EXPECT_EQ(P("rx-batch").kind, FlushKind::kRxBatch);
+  EXPECT_EQ(P("interval=50"), (FlushPolicy{FlushKind::kInterval, 50}));
+  EXPECT_EQ(P("budget=20"), (FlushPolicy{FlushKind::kBudget, 20}));
+  EXPECT_EQ(P("interval=0"), (FlushPolicy{FlushKind::kInterval, 0}));
+  for (const char* s : {"immediate", "rx-batch", "interval=50", "budget=1000000"})
+    EXPECT_EQ(flush_policy_name(P(s)), s);
+}
+
+TEST(FlushPolicy, RefusesMalformed) {
+  std::string err;
+  for (const char* s : {"", "rx_batch", "interval", "interval=", "interval=-1", "interval=1x",
+                        "interval=1000001", "budget=0", "budget=abc", "interval=99999999999999999999",
+                        "Immediate", "interval=5 "}) {
+    err.clear();
+    EXPECT_FALSE(parse_flush_policy(s, &err).has_value()) << s;
+    EXPECT_FALSE(err.empty()) << s;
+  }
+}
+
+TEST(FlushPolicy, EncodeRoundTrips) {
+  for (const char* s : {"immediate", "rx-batch", "interval=0", "interval=1000000", "budget=7"}) {
+    const FlushPolicy p = P(s);
+    EXPECT_EQ(FlushPolicy::decode(p.encode()), p) << s;
+  }
+  // The default (what SwitchTables starts with) is rx-batch.
+  EXPECT_EQ(FlushPolicy{}.kind, FlushKind::kRxBatch);
+}
+
+TEST(FlushDecisions, OnEnqueue) {
+  EXPECT_TRUE(due_on_enqueue(P("immediate"), 1, 32));
+  for (const char* s : {"rx-batch", "interval=50", "budget=50"}) {
+    EXPECT_FALSE(due_on_enqueue(P(s), 1, 32)) << s;
+    EXPECT_FALSE(due_on_enqueue(P(s), 31, 32)) << s;
+    EXPECT_TRUE(due_on_enqueue(P(s), 32, 32)) << s;  // a full burst goes at once
+  }
+}
+
+TEST(FlushDecisions, AtBurstEnd) {
+  EXPECT_TRUE(due_at_burst_end(P("immediate")));
+  EXPECT_TRUE(due_at_burst_end(P("rx-batch")));
+  EXPECT_TRUE(due_at_burst_end(P("interval=0")));  // OVS's tx-flush-interval=0
+  EXPECT_FALSE(due_at_burst_end(P("interval=1")));
+  EXPECT_FALSE(due_at_burst_end(P("budget=1")));
+}
+
+TEST(FlushDecisions, AtCheck) {
+  const uint64_t t0 = 1'000'000'000;
+  // interval: due once the oldest frame is US old, whatever the loop.
+  EXPECT_FALSE(due_at_check(P("interval=50"), t0, t0 + 49'999, 1'000'000));
+  EXPECT_TRUE(due_at_check(P("interval=50"), t0, t0 + 50'000, 0));
+  // budget: due when the next check would come too late.
+  EXPECT_FALSE(due_at_check(P("budget=50"), t0, t0 + 40'000, 9'999));
+  EXPECT_TRUE(due_at_check(P("budget=50"), t0, t0 + 40'000, 10'000));
+  EXPECT_TRUE(due_at_check(P("budget=50"), t0, t0 + 50'000, 0));
+  // A clock that went backwards counts as age 0.
+  EXPECT_FALSE(due_at_check(P("interval=1"), t0, t0 - 5, 0));
+}
+
+TEST(CheckGapEstimator, FollowsTheLoopAndForgetsIdlePeriods) {
+  CheckGapEstimator e;
+  uint64_t t = 5000;
+  e.check(t, true);
+  EXPECT_EQ(e.predict(), 0u);
+  for (int i = 0; i < 100; ++i) e.check(t += 1000, false);
+  EXPECT_NEAR(static_cast<double>(e.predict()), 2000.0, 50.0);  // 2 x the mean gap
+  e.check(t += 10'000, false);  // one long gap: predicted at least that long next time
+  EXPECT_GE(e.predict(), 10'000u);
+  const uint64_t before = e.predict();
+  e.check(t += 10'000'000, true);  // after an idle period (queues were empty): not a gap
+  EXPECT_EQ(e.predict(), before);
+  EXPECT_EQ(e.last_check_ns(), t);
+}
+
+TEST(QueueAgeStats, BucketsAndMax) {
+  QueueAgeStats a;
+  EXPECT_EQ(QueueAgeStats::bucket(0), 0u);
+  EXPECT_EQ(QueueAgeStats::bucket(255), 0u);
+  EXPECT_EQ(QueueAgeStats::bucket(256), 1u);
+  EXPECT_EQ(QueueAgeStats::bucket(511), 1u);
+  EXPECT_EQ(QueueAgeStats::bucket(512), 2u);
+  EXPECT_EQ(QueueAgeStats::bucket(~0ull), QueueAgeStats::kBuckets - 1);
+  for (uint64_t v : {100ull, 300ull, 50'000ull, 49'999ull}) {
+    a.add(v);
+    EXPECT_LT(v, QueueAgeStats::upper_edge_ns(QueueAgeStats::bucket(v)));
+  }
+  EXPECT_EQ(a.max_ns.load(), 50'000u);
+  uint64_t total = 0;
+  for (auto& h : a.hist) total += h.load();
+  EXPECT_EQ(total, 4u);
+}
+
+// A model of one PMD thread with one output queue, on a fake clock: frames arrive at random
+// times; each loop takes a random time; at the end of a loop the queue is checked as
+// Forwarder::flush_due does; before sleeping (idle) everything is flushed. Returns the
+// largest queue age and the largest check gap, and asserts nothing is left at the end.
+struct SimResult {
+  uint64_t max_age = 0;
+  uint64_t max_gap = 0;
+  uint64_t delivered = 0;
+  uint64_t flushes = 0;
+};
+
+SimResult simulate(FlushPolicy p, uint64_t loop_min, uint64_t loop_max, uint64_t mean_arrival,
+                   bool sleeps, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<uint64_t> loop(loop_min, loop_max);
+  std::exponential_distribution<double> gap(1.0 / static_cast<double>(mean_arrival));
+  const uint32_t burst = 32;
+  SimResult r;
+  std::deque<uint64_t> q;  // enqueue times
+  CheckGapEstimator est;
+  bool fresh = true;
+  uint64_t now = 1'000'000, next_arrival = now, sent = 0;
+  const uint64_t n_frames = 20000;
+  auto flush = [&](uint64_t prev_check) {
+    for (uint64_t t : q) r.max_age = std::max(r.max_age, now - t);
+    if (prev_check) r.max_gap = std::max(r.max_gap, now - prev_check);
+    r.delivered += q.size();
+    q.clear();
+    ++r.flushes;
+  };
+  while (sent < n_frames || !q.empty()) {
+    // Receive burst: frames that arrived by now (at most a burst).
+    const uint64_t t_burst = now;
+    uint32_t got = 0;
+    while (sent < n_frames && next_arrival <= now && got < burst) {
+      q.push_back(t_burst);
+      ++sent;
+      ++got;
+      next_arrival += static_cast<uint64_t>(gap(rng)) + 1;
+      if (due_on_enqueue(p, static_cast<uint32_t>(q.size()), burst)) flush(0);
+    }
+    if (got && due_at_burst_end(p) && !q.empty()) flush(0);
+    now += loop(rng);
+    // End of the loop: deadline check.
+    if (!q.empty()) {
+      const uint64_t prev = fresh ? 0 : est.last_check_ns();
+      est.check(now, fresh);
+      fresh = false;
+      if (due_at_check(p, q.front(), now, est.predict())) flush(prev);
+      if (q.empty()) fresh = true;
+    } else {
+      fresh = true;
+    }
+    if (sleeps && !got && (sent == n_frames || next_arrival > now)) {
+      if (!q.empty()) flush(0);  // before sleeping
+      fresh = true;
+      if (sent < n_frames) now = std::max(now, next_arrival);  // woken by the next kick
+    }
+  }
+  EXPECT_EQ(r.delivered, n_frames);
+  return r;
+}
+
+TEST(FlushSimulation, IntervalHoldsAtMostUsPlusOneLoop) {
+  for (uint32_t seed = 1; seed <= 5; ++seed) {
+    const SimResult r = simulate(P("interval=50"), 200, 3000, 5000, false, seed);
+    EXPECT_LE(r.max_age, 50'000 + r.max_gap) << "seed " << seed;
+    EXPECT_LE(r.max_gap, 3000u);
+    EXPECT_GE(r.max_age, 50'000u) << "frames were held up to the interval";
+    EXPECT_LT(r.flushes, r.delivered / 4) << "frames were gathered";
+  }
+}
+
+TEST(FlushSimulation, BudgetKeepsItWithSteadyLoops) {
+  for (uint32_t seed = 1; seed <= 5; ++seed) {
+    const SimResult r = simulate(P("budget=50"), 1000, 1500, 5000, false, seed);
+    EXPECT_LE(r.max_age, 50'000u) << "seed " << seed;
+    EXPECT_GE(r.max_age, 45'000u);
+  }
+}
+
+TEST(FlushSimulation, FullBurstsGoAtOnceUnderLoad) {
+  // Arrivals every 100 ns, loops of 1-2 us: queues fill a burst long before 1 ms.
+  const SimResult r = simulate(P("interval=1000"), 1000, 2000, 100, false, 9);
+  EXPECT_LT(r.max_age, 1'000'000u);
+  EXPECT_GE(r.delivered / r.flushes, 16u);
+}
+
+TEST(FlushSimulation, EveryPolicyFlushesBeforeSleeping) {
+  // With a 1 s interval and sleeps between sparse frames, nothing waits for the interval
+  // (nor for the next frame): the flush before sleeping delivers each frame at the end of
+  // the busy period that took it (a few loops of at most 1 us here).
+  for (const char* s : {"immediate", "rx-batch", "interval=1000000", "budget=1000000"}) {
+    const SimResult r = simulate(P(s), 500, 1000, 20'000, true, 3);
+    EXPECT_LE(r.max_age, 100'000u) << s;
+  }
+  // Without the flush before sleeping the last frames would wait the whole interval.
+  const SimResult r = simulate(P("interval=1000000"), 500, 1000, 20'000, false, 3);
+  EXPECT_GE(r.max_age, 1'000'000u);
+}
+
+TEST(FlushSimulation, ImmediateAndRxBatchNeverHoldAcrossLoops) {
+  for (const char* s : {"immediate", "rx-batch", "interval=0"}) {
+    const SimResult r = simulate(P(s), 200, 3000, 500, false, 4);
+    EXPECT_EQ(r.max_age, 0u) << s;  // delivered within the burst that took them
+  }
+}
+
+}  // namespace
+}  // namespace vl::dp
