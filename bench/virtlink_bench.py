@@ -13,6 +13,10 @@ that produced them (--json; plots in bench/results/). Every benchmark measures i
                      p2p   gen -> switch -> gen
                      pvp   gen -> switch -> vnf -> switch -> gen
                      pvvp  gen -> switch -> vnf -> switch -> vnf -> switch -> gen
+  batching         output batching (seed 003): NDR vs flows for P2V and PVP, and P2V
+                   latency for 512-1518 B, per flush policy (immediate, rx-batch,
+                   interval=50, budget=50) and OVS-DPDK tx-flush-interval 0 and 50
+                   (bench/batching_bench.py)
   loopback         the most a path carries when the traffic side sends as fast as the rings
                    allow (back-pressure, no loss criterion): virtlink xconnect and bridge
                    vs testpmd's vhost PMD. --traffic gen (default: `virtlink gen` at rate 0)
@@ -315,7 +319,7 @@ def main():
         return ping_bench.main(sys.argv[2:])
     ap = argparse.ArgumentParser(prog="virtlink bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("name", choices=["p2p", "pvp", "pvvp", "loopback"])
+    ap.add_argument("name", choices=["p2p", "pvp", "pvvp", "loopback", "batching"])
     ap.add_argument("--virtlink", required=True, help=argparse.SUPPRESS)
     ap.add_argument("--json", help="write the bench JSON (INTERFACES.md) here")
     ap.add_argument("--quick", action="store_true",
@@ -335,6 +339,8 @@ def main():
     ap.add_argument("--latency-fraction", type=float, default=0.9,
                     help="latency trial at this fraction of NDR (0.9; 0 skips it)")
     ap.add_argument("--flows", type=int, default=1, help="flows per stream (1)")
+    ap.add_argument("--flows-list", help="batching: comma-separated flow counts (default "
+                    "10,32,50,100,500,1000; --quick 10,1000)")
     ap.add_argument("--retries", type=int, help="repeats of a trial the generator could not "
                     "offer (2; --quick 1)")
     ap.add_argument("--max-short", type=float, default=0.05,
@@ -354,7 +360,17 @@ def main():
     ap.add_argument("--no-plot", action="store_true")
     opts = ap.parse_args()
     vltest.VIRTLINK = os.path.abspath(opts.virtlink)
-    if opts.frame_sizes is None:
+    if opts.name == "batching":
+        # Table (a) is at 64 B; --frame-sizes are table (b)'s (default 512,1024,1280,1518).
+        if opts.trial is None:
+            opts.trial = 0.5 if opts.quick else 2.0
+        if opts.precision is None:
+            opts.precision = "15%" if opts.quick else "2%"
+        if opts.quick and opts.max_trials > 6:
+            opts.max_trials = 6
+        if "--latency-fraction" not in " ".join(sys.argv):
+            opts.latency_fraction = 0.5
+    elif opts.frame_sizes is None:
         opts.frame_sizes = "64,1518" if (opts.quick or opts.name == "loopback") else ALL_SIZES
     if opts.trial is None:
         opts.trial = (1.0 if opts.quick else 2.0) if opts.name != "loopback" else \
@@ -378,7 +394,17 @@ def main():
     load0 = report.load_average()
     t0 = time.time()
     errors, plots, diagnostics = [], [], {}
-    if opts.name == "loopback":
+    if opts.name == "batching":
+        import batching_bench
+        core_plan = topologies.CORE_PLAN
+        rows, lines, errors, diagnostics, plots = batching_bench.run(opts, measure_point, log)
+        plots = [p for p in plots if p]
+        note = ("NDR: Mpps offered in the passing trial (0 loss), unidirectional, 64 B, searched "
+                "to %s with %.3g s trials; latency: one-way (gen TSC timestamps), min/avg/max in "
+                "us at the stated rate. virtlink policies set at run time with ctl set-flush; "
+                "OVS tx-flush-interval set with ovs-vsctl in the same instance." % (
+                    opts.precision, opts.trial))
+    elif opts.name == "loopback":
         if opts.traffic == "gen":
             core_plan = ("switch under test (virtlink PMD thread or testpmd's forwarding lcore) "
                          "busy-polls on CPU 1; the traffic side (virtlink gen, one thread, "
