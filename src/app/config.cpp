@@ -90,6 +90,10 @@ bool load_port(const toml::table& t, port::VhostPortConfig* c, std::string* flus
       c->mrg_rxbuf = *b;
     } else if (key == "flush") {
       if (!get_str(v, "flush", flush, err)) return false;
+    } else if (key == "offloads") {
+      auto b = v.value<bool>();
+      if (!b) { *err = "'offloads' must be true or false"; return false; }
+      c->offloads = *b;
     } else {
       *err = fmt::format("unknown port key '{}'", key);
       return false;

@@ -38,7 +38,7 @@ std::optional<dp::PmdMode> parse_pmd_mode(const std::string& s);
 
 /// Reads a TOML file into `cfg` (keys: forward, pmd_cores, pmd_mode, pmd_idle_us, flush,
 /// control, mac_aging_s, burst, and [[port]] tables with name, type, path, mtu,
-/// socket_mode, mrg_rxbuf, flush). Returns false with `*err` on any unknown or invalid key.
+/// socket_mode, mrg_rxbuf, flush, offloads). Returns false with `*err` on any unknown or invalid key.
 bool load_toml(const std::string& file, SwitchConfig* cfg, std::string* err);
 
 /// Cross-checks a complete configuration (unique names and paths, port count, flush).

@@ -216,6 +216,9 @@ control::Json Switch::stats() const {
     control::Json drops = control::Json::object();
     for (uint32_t d = 0; d < port::kNumDrops; ++d)
       drops[port::drop_name(static_cast<port::Drop>(d))] = c.drops[d];
+    control::Json soft = control::Json::object();
+    for (uint32_t k = 0; k < port::kNumSoft; ++k)
+      soft[port::soft_name(static_cast<port::Soft>(k))] = c.soft[k];
     const uint64_t f = p.backend().features();
     ports.push_back({{"name", p.config().name},
                      {"type", p.config().mode == port::SocketMode::kServer ? "vhost-user"
@@ -229,7 +232,8 @@ control::Json Switch::stats() const {
                      {"tx_packets", c.tx_packets},
                      {"tx_bytes", c.tx_bytes},
                      {"drops", drops},
-                     {"flush", dp::flush_policy_name(tables_.flush_policy(i))}});
+                     {"flush", dp::flush_policy_name(tables_.flush_policy(i))},
+                     {"offload", soft}});
     add_queue_age(i, &ports.back());
   }
   return {{"ports", ports}};

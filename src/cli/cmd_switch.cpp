@@ -25,6 +25,9 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
   s->add_option("--control", a.control, "control socket (default /run/virtlink/virtlink.ctl)");
   s->add_option("--mac-aging", a.mac_aging_s, "MAC table aging in seconds (300)");
   s->add_option("--burst", a.burst, "packets taken from a queue per poll (32, at most 64)");
+  s->add_option("--offloads", a.offloads,
+                "on (default): offer CSUM, GUEST_CSUM, TSO4/6, ECN on every port; off: refuse them")
+      ->check(CLI::IsMember({"on", "off"}));
 }
 
 int run_switch(const SwitchArgs& a) {
@@ -42,6 +45,8 @@ int run_switch(const SwitchArgs& a) {
     }
     cfg.ports.push_back(*p);
   }
+  if (!a.offloads.empty())
+    for (auto& p : cfg.ports) p.offloads = a.offloads == "on";
   if (!a.forward.empty()) cfg.forward = *app::parse_forward(a.forward);
   if (!a.pmd_cores.empty()) {
     auto c = parse_cpu_list(a.pmd_cores);

@@ -8,6 +8,7 @@
 namespace vl::cli {
 
 struct SwitchArgs {
+  std::string offloads;  ///< "on" / "off" for every port; empty: per port (default on)
   std::string config;
   std::vector<std::string> ports;
   std::string forward;

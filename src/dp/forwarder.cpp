@@ -88,6 +88,12 @@ uint32_t Forwarder::poll(uint32_t in) {
           q->push_used(ch.head, 0);
           break;
         }
+        if (const auto v = offload::check_tx_header(&f.hdr, f.len, d.features);
+            v != offload::TxCheck::kOk) [[unlikely]] {
+          c.drop(v == offload::TxCheck::kBadCsum ? Drop::kBadCsum : Drop::kBadGso);
+          q->push_used(ch.head, 0);
+          break;
+        }
         const uint16_t s = free_[--nfree_];
         Slot& sl = pool_[s];
         sl.segs = &arena_.segs[f.seg_begin];
@@ -97,6 +103,7 @@ uint32_t Forwarder::poll(uint32_t in) {
         sl.head = ch.head;
         sl.src = static_cast<uint8_t>(in);
         sl.refs = 1;  // this burst's pin, released below
+        sl.hdr = f.hdr;
         burst_[k++] = s;
         bytes += f.len;
         break;
@@ -246,19 +253,17 @@ void Forwarder::flush_port(uint32_t o, uint64_t prev_check_ns) {
   for (; j < cnt; ++j) {
     const Slot& sl = pool_[tq.slot[j]];
     age.add(now > sl.t_ns ? now - sl.t_ns : 0);
-    if (sl.len > od.max_frame) [[unlikely]] {
-      oc.drop(Drop::kTooBig);
-      continue;
-    }
-    const DeliverStatus st = deliver_frame(*rq, scratch_, NetHdr{}, od.hdr_len, sl.segs, sl.nsegs,
-                                           sl.len, od.mrg_rxbuf);
-    if (st == DeliverStatus::kOk) [[likely]] {
+    const offload::Outcome st =
+        soft_.deliver(*rq, scratch_, sl.hdr, sl.segs, sl.nsegs, sl.len, od, oc);
+    if (st == offload::Outcome::kOk) [[likely]] {
       ++sent;
       bytes += sl.len;
-    } else if (st == DeliverStatus::kNoBuffer) {
+    } else if (st == offload::Outcome::kNoBuffer) {
       oc.drop(Drop::kNoRxBuffer);
-    } else if (st == DeliverStatus::kTooBig) {
+    } else if (st == offload::Outcome::kTooBig) {
       oc.drop(Drop::kTooBig);
+    } else if (st == offload::Outcome::kBadGso) {
+      counters_[sl.src].drop(Drop::kBadGso);
     } else {
       oc.drop(Drop::kRingBroken, cnt - j);
       VL_LOG_RL(spdlog::level::err, "port {}: malformed receive chain; receive queue stopped",

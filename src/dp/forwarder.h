@@ -25,6 +25,7 @@
 
 #include "dp/fdb.h"
 #include "dp/flush.h"
+#include "offload/deliver.h"
 #include "port/port.h"
 #include "port/vhost_port.h"
 #include "virtio/net_copy.h"
@@ -110,6 +111,7 @@ class Forwarder {
     uint16_t head;   ///< the sender's descriptor chain
     uint8_t src;     ///< the sender's port
     uint8_t refs;    ///< queues holding it, +1 while its burst is classified
+    virtio::NetHdr hdr;  ///< its virtio-net header (offloads), checked on arrival
     virtio::Segment inl[kInlineSegs];
   };
   static constexpr uint32_t kPoolSlots = 1024;
@@ -137,6 +139,7 @@ class Forwarder {
   uint64_t (*clock_)();
   virtio::SegmentArena arena_;    // segments of the frames taken in this burst
   virtio::SegmentArena scratch_;  // segments of the receive buffers being filled
+  offload::SoftOffload soft_;     // offload metadata across ports; checksums, TSO in software
   Slot pool_[kPoolSlots];
   uint16_t free_[kPoolSlots];
   uint32_t nfree_ = 0;

@@ -10,7 +10,20 @@ const char* drop_name(Drop d) {
     case Drop::kTooBig: return "too_big";
     case Drop::kRingBroken: return "ring_broken";
     case Drop::kNoDestination: return "no_destination";
+    case Drop::kBadCsum: return "bad_csum";
+    case Drop::kBadGso: return "bad_gso";
     case Drop::kCount: break;
+  }
+  return "unknown";
+}
+
+const char* soft_name(Soft s) {
+  switch (s) {
+    case Soft::kGsoPassed: return "gso_passed";
+    case Soft::kGsoFrames: return "sw_gso_frames";
+    case Soft::kGsoSegments: return "sw_gso_segments";
+    case Soft::kCsumFilled: return "sw_csum_filled";
+    case Soft::kCount: break;
   }
   return "unknown";
 }

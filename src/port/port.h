@@ -20,15 +20,31 @@ enum class Drop : uint8_t {
   kTooBig,         ///< egress port: frame above its MTU / buffer; or a chain too fragmented
   kRingBroken,     ///< the queue stopped because its avail index was implausible
   kNoDestination,  ///< bridge/xconnect had no ready port to send to
+  kBadCsum,        ///< NEEDS_CSUM not negotiated, or csum_start/csum_offset past the frame
+  kBadGso,         ///< gso_type not negotiated or unknown, gso_size 0, unsegmentable headers
   kCount,
 };
 inline constexpr uint32_t kNumDrops = static_cast<uint32_t>(Drop::kCount);
 const char* drop_name(Drop d);
 
+/// Offload work seen on an egress port (keys of `ctl stats --json` "offload"): TSO frames
+/// passed through with their metadata, and what was done in software because the port did
+/// not negotiate it.
+enum class Soft : uint8_t {
+  kGsoPassed,    ///< TSO frames delivered whole (the receiver negotiated GUEST_TSO4/6)
+  kGsoFrames,    ///< TSO frames segmented in software
+  kGsoSegments,  ///< segments those produced
+  kCsumFilled,   ///< NEEDS_CSUM frames whose checksum was filled in software
+  kCount,
+};
+inline constexpr uint32_t kNumSoft = static_cast<uint32_t>(Soft::kCount);
+const char* soft_name(Soft s);
+
 /// A plain copy of counters, summed over PMD threads for display.
 struct CounterSnapshot {
   uint64_t rx_packets = 0, rx_bytes = 0, tx_packets = 0, tx_bytes = 0;
   uint64_t drops[kNumDrops] = {};
+  uint64_t soft[kNumSoft] = {};
 };
 
 /// Counters of one port as seen by one PMD thread (single writer; read by the control
@@ -36,10 +52,12 @@ struct CounterSnapshot {
 struct PortCounters {
   std::atomic<uint64_t> rx_packets{0}, rx_bytes{0}, tx_packets{0}, tx_bytes{0};
   std::atomic<uint64_t> drops[kNumDrops] = {};
+  std::atomic<uint64_t> soft[kNumSoft] = {};
   static void add(std::atomic<uint64_t>& c, uint64_t n) {
     c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   }
   void drop(Drop d, uint64_t n = 1) { add(drops[static_cast<uint32_t>(d)], n); }
+  void soft_add(Soft k, uint64_t n = 1) { add(soft[static_cast<uint32_t>(k)], n); }
   /// Adds these counters to `s` (relaxed reads; the control thread's view).
   void accumulate(CounterSnapshot& s) const {
     s.rx_packets += rx_packets.load(std::memory_order_relaxed);
@@ -47,6 +65,7 @@ struct PortCounters {
     s.tx_packets += tx_packets.load(std::memory_order_relaxed);
     s.tx_bytes += tx_bytes.load(std::memory_order_relaxed);
     for (uint32_t d = 0; d < kNumDrops; ++d) s.drops[d] += drops[d].load(std::memory_order_relaxed);
+    for (uint32_t k = 0; k < kNumSoft; ++k) s.soft[k] += soft[k].load(std::memory_order_relaxed);
   }
 };
 
@@ -57,6 +76,7 @@ struct PortDp {
   virtio::DeviceQueue* txq = nullptr;  ///< the guest's transmit queue (we drain it), or null
   uint32_t hdr_len = 12;               ///< virtio-net header bytes on this port
   bool mrg_rxbuf = false;              ///< mergeable receive buffers negotiated
+  uint64_t features = 0;               ///< negotiated virtio features (offloads: offload/)
   uint32_t max_frame = virtio::kMaxFrameLen;  ///< largest frame deliverable (bytes)
   /// The transmit queue has no kick fd (SET_VRING_KICK with the no-fd flag: the front-end
   /// never kicks, vhost-user.rst), so a PMD thread serving it must poll, never sleep.

@@ -32,6 +32,7 @@ VhostPort::VhostPort(uint32_t id, VhostPortConfig cfg, Quiescer* q)
     : id_(id), cfg_(std::move(cfg)), quiescer_(q), backend_(this, [&] {
         auto o = vhost::BackendOptions::defaults();
         if (!cfg_.mrg_rxbuf) o.features &= ~bit(kNetFMrgRxbuf);
+        if (!cfg_.offloads) o.features &= ~vhost::kOffloadFeatures;
         return o;
       }()) {}
 
@@ -181,6 +182,7 @@ void VhostPort::resume_datapath() {
   d.txq = tx.ready ? const_cast<DeviceQueue*>(&tx.q) : nullptr;
   d.hdr_len = net_hdr_len(backend_.features());
   d.mrg_rxbuf = has(backend_.features(), kNetFMrgRxbuf);
+  d.features = backend_.features();
   uint32_t mtu = backend_.mtu();
   if (cfg_.mtu && (!mtu || cfg_.mtu < mtu)) mtu = cfg_.mtu;
   d.max_frame = mtu ? mtu + kEthHdrLen + 4 /* one VLAN tag */ : kMaxFrameLen;

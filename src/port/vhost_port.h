@@ -26,6 +26,7 @@ struct VhostPortConfig {
   uint32_t mtu = 0;             ///< 0: no limit beyond the guest's NET_SET_MTU
   uint32_t socket_mode = 0600;  ///< permission bits of the socket file (server mode)
   bool mrg_rxbuf = true;        ///< offer VIRTIO_NET_F_MRG_RXBUF
+  bool offloads = true;         ///< offer CSUM/GUEST_CSUM/TSO/ECN (offload::kOffloadFeatures)
 };
 
 class VhostPort final : public vhost::DeviceHost {

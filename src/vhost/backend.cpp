@@ -68,7 +68,8 @@ uint64_t get_u64(const Message& m) {
 BackendOptions BackendOptions::defaults() {
   BackendOptions o;
   o.features = bit(kFVersion1) | bit(kNetFMrgRxbuf) | bit(kRingFEventIdx) |
-               bit(kRingFIndirectDesc) | bit(kNetFMtu) | bit(kFProtocolFeatures);
+               bit(kRingFIndirectDesc) | bit(kNetFMtu) | bit(kFProtocolFeatures) |
+               kOffloadFeatures;
   o.protocol_features = bit(kProtoMq) | bit(kProtoReplyAck) | bit(kProtoMtu) | bit(kProtoRarp);
   o.queue_pairs = 1;
   return o;

@@ -53,13 +53,23 @@ struct Vring {
   std::string why_not = "not connected";  ///< why the ring is not ready, for `ctl ports`
 };
 
+/// Offload features a back-end offers unless told not to (virtio 1.2 §5.1.3): CSUM,
+/// GUEST_CSUM, HOST_TSO4/6, HOST_ECN, GUEST_TSO4/6, GUEST_ECN. Not UFO (Linux stopped
+/// producing UFO in 4.14) nor USO (the Debian 12 guests' kernel, 6.1, predates it). The
+/// datapath carries them across the switch or does the work in software (src/offload/).
+inline constexpr uint64_t kOffloadFeatures =
+    virtio::bit(virtio::kNetFCsum) | virtio::bit(virtio::kNetFGuestCsum) |
+    virtio::bit(virtio::kNetFHostTso4) | virtio::bit(virtio::kNetFHostTso6) |
+    virtio::bit(virtio::kNetFHostEcn) | virtio::bit(virtio::kNetFGuestTso4) |
+    virtio::bit(virtio::kNetFGuestTso6) | virtio::bit(virtio::kNetFGuestEcn);
+
 /// Features and limits a back-end offers.
 struct BackendOptions {
   uint64_t features = 0;            ///< virtio feature bits offered on GET_FEATURES
   uint64_t protocol_features = 0;   ///< offered on GET_PROTOCOL_FEATURES
   uint32_t queue_pairs = 1;         ///< GET_QUEUE_NUM
   /// The default offer: VERSION_1, MRG_RXBUF, EVENT_IDX, INDIRECT_DESC, MTU,
-  /// PROTOCOL_FEATURES; protocol MQ, REPLY_ACK, MTU, RARP.
+  /// PROTOCOL_FEATURES and kOffloadFeatures; protocol MQ, REPLY_ACK, MTU, RARP.
   static BackendOptions defaults();
 };
 

@@ -67,6 +67,26 @@ def transfer(test, src, dst):
     return rx_sum
 
 
+IPERF_BYTES = 4 * 1024 * 1024
+NO_GUEST_OFFLOADS = "guest_csum=off,guest_tso4=off,guest_tso6=off,guest_ecn=off"
+
+
+def iperf_bytes(test, src, dst, nbytes=IPERF_BYTES):
+    """`iperf3 -c DST -n NBYTES -J` in guest src (dst runs `iperf3 -s`, run-guest.sh
+    --iperf). Returns (bytes the sender sent, bytes the receiver received) from iperf3's
+    end-of-test summary (the receiver's count comes from dst's server)."""
+    out = src.run("iperf3 -c %s -n %d -J >/tmp/iperf.json; s=$?; sed -n "
+                  "'/\"sum_sent\"/,/\"bytes\"/p;/\"sum_received\"/,/\"bytes\"/p' "
+                  "/tmp/iperf.json | grep '\"bytes\"'; exit $s" % (dst.addr, nbytes),
+                  timeout=180)
+    counts = [int(l.split(":")[1].strip().rstrip(",")) for l in out.splitlines()
+              if '"bytes"' in l]
+    test.assertEqual(len(counts), 2, out)
+    log("iperf3 %s -> %s: sent %d B, received %d B" % (src.name, dst.name, counts[0],
+                                                       counts[1]))
+    return counts[0], counts[1]
+
+
 def delta(after, before, port, key):
     return after[port][key] - before[port][key]
 
@@ -357,6 +377,48 @@ class Guests(unittest.TestCase):
         s1 = tb.switch_stats()
         self.assertEqual(vltest.fmt_stats(s0), vltest.fmt_stats(s1), "traffic while idle")
         return (c1 - c0) / (t1 - t0)
+
+    def test_tcp_offloads(self):
+        """TCP between guests with offloads: g1 negotiates every offload, g2 transmits
+        with TSO but receives without any (QEMU guest_csum/guest_tso4/6/ecn=off). g2 -> g1
+        carries TSO frames whole (gso_passed); g1 -> g2 makes the switch segment them and
+        fill checksums in software. iperf3 byte counts match on both sides either way."""
+        with vlguest.GuestTestbed(self) as tb:
+            tb.start_switch(ports=["vm1", "vm2"], forward="bridge")
+            g1 = tb.start_guest("g1", "vm1", IP1, mac=MAC1, extra=["--iperf"])
+            g2 = tb.start_guest("g2", "vm2", IP2, mac=MAC2,
+                                extra=["--iperf", "--extra-net-args", NO_GUEST_OFFLOADS])
+            vlguest.wait_all_ready([g1, g2])
+            tb.wait_connected(["vm1", "vm2"])
+            st = tb.switch_stats()
+            f1, f2 = set(st["vm1"]["feature_names"]), set(st["vm2"]["feature_names"])
+            for f in ("CSUM", "GUEST_CSUM", "HOST_TSO4", "GUEST_TSO4", "HOST_TSO6", "GUEST_TSO6"):
+                self.assertIn(f, f1, "vm1 did not negotiate %s: %s" % (f, sorted(f1)))
+            self.assertIn("HOST_TSO4", f2, sorted(f2))
+            for f in ("GUEST_CSUM", "GUEST_TSO4", "GUEST_TSO6"):
+                self.assertNotIn(f, f2, sorted(f2))
+
+            s0 = tb.wait_quiet()
+            sent, received = iperf_bytes(self, g2, g1)
+            self.assertEqual((sent, received), (IPERF_BYTES, IPERF_BYTES))
+            s1 = tb.wait_quiet()
+            off = lambda s, p, k: s[p]["offload"][k]  # noqa: E731
+            passed = off(s1, "vm1", "gso_passed") - off(s0, "vm1", "gso_passed")
+            log("g2 -> g1: %d TSO frames passed whole to vm1" % passed)
+            self.assertGreater(passed, 0, vltest.fmt_stats(s1))
+
+            sent, received = iperf_bytes(self, g1, g2)
+            self.assertEqual((sent, received), (IPERF_BYTES, IPERF_BYTES))
+            s2 = tb.wait_quiet()
+            frames = off(s2, "vm2", "sw_gso_frames") - off(s1, "vm2", "sw_gso_frames")
+            segs = off(s2, "vm2", "sw_gso_segments") - off(s1, "vm2", "sw_gso_segments")
+            log("g1 -> g2: %d TSO frames segmented in software into %d segments; %d "
+                "checksums filled" % (frames, segs, off(s2, "vm2", "sw_csum_filled")))
+            self.assertGreater(frames, 0, vltest.fmt_stats(s2))
+            self.assertGreater(segs, frames)
+            for p in ("vm1", "vm2"):
+                for k in ("bad_gso", "bad_csum", "no_destination", "bad_header"):
+                    self.assertEqual(s2[p]["drops"][k], 0, "%s %s" % (p, vltest.fmt_stats(s2)))
 
     def test_pmd_modes(self):
         """interrupt, then (the same guests reconnected to a new switch) adaptive."""

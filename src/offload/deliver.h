@@ -1,0 +1,51 @@
+#pragma once
+// Delivering one transmitted frame to a receiving port with its offload metadata: the
+// virtio-net header travels with the frame when the receiver negotiated what it needs
+// (GUEST_CSUM for NEEDS_CSUM; GUEST_TSO4/6, GUEST_CSUM and, for ECN, GUEST_ECN for a TSO
+// frame, up to 64 KiB through mergeable receive buffers); otherwise the work is done here
+// in software: the checksum filled in, or the frame cut into gso_size segments.
+//
+// The common frame (no offload asked for) goes straight to virtio::deliver_frame, copied
+// once from the sender's buffers. The software path first copies the frame into a
+// per-thread scratch area (so a guest changing its buffer under us changes nothing we
+// parsed), then delivers from there: one more copy, only for frames the receiver could not
+// take as they were. No allocation.
+#include <cstdint>
+
+#include "offload/soft_gso.h"
+#include "port/port.h"
+#include "virtio/net_copy.h"
+
+namespace vl::offload {
+
+enum class Outcome : uint8_t {
+  kOk,
+  kNoBuffer,  ///< receiver had no buffer (for a segmented frame: some segments may be in)
+  kTooBig,    ///< above the receiver's largest frame (a segment, for a segmented frame)
+  kBadRing,   ///< the receive queue is broken
+  kBadGso,    ///< the TSO frame's headers are not segmentable (count on the ingress port)
+};
+
+/// Per-PMD-thread state of the software offloads: the scratch frame and segment headers.
+class SoftOffload {
+ public:
+  /// Delivers the frame of `len` bytes at `src` (`nsrc` segments, sender's memory) whose
+  /// header `h` passed check_tx_header(), to the receive queue `rq` of port `od`. Counts
+  /// software work and passed-through TSO frames in `oc` (the receiver's counters).
+  Outcome deliver(virtio::DeviceQueue& rq, virtio::SegmentArena& scratch, const virtio::NetHdr& h,
+                  const virtio::Segment* src, uint32_t nsrc, uint32_t len, const port::PortDp& od,
+                  port::PortCounters& oc);
+
+ private:
+  Outcome pass_gso(virtio::DeviceQueue& rq, virtio::SegmentArena& scratch, const virtio::NetHdr& h,
+                   const virtio::Segment* src, uint32_t nsrc, uint32_t len, const port::PortDp& od,
+                   port::PortCounters& oc);
+  Outcome soft_gso(virtio::DeviceQueue& rq, virtio::SegmentArena& scratch, const virtio::NetHdr& h,
+                   const virtio::Segment* src, uint32_t nsrc, uint32_t len, const port::PortDp& od,
+                   port::PortCounters& oc);
+
+  alignas(64) uint8_t frame_[virtio::kMaxFrameLen + 64];
+  alignas(64) uint8_t hdrs_[kMaxGsoHeaders + 8];
+};
+
+}  // namespace vl::offload
