@@ -68,7 +68,9 @@ F_NEED_REPLY = 1 << 3
 NOFD = 1 << 8
 
 # ---- feature bits ------------------------------------------------------------------------
+VIRTIO_NET_F_CSUM = 1 << 0
 VIRTIO_NET_F_MTU = 1 << 3
+VIRTIO_NET_F_HOST_TSO4 = 1 << 11
 VIRTIO_NET_F_MRG_RXBUF = 1 << 15
 VIRTIO_RING_F_INDIRECT_DESC = 1 << 28
 VIRTIO_RING_F_EVENT_IDX = 1 << 29
@@ -109,6 +111,32 @@ def frame(dst, src, payload=b"", ethertype=0x88b5, size=64):
     """An Ethernet frame (no FCS) of at least `size` bytes."""
     f = dst + src + struct.pack(">H", ethertype) + payload
     return f + b"\0" * max(0, size - len(f))
+
+
+def inet_csum(data):
+    """RFC 1071 checksum (inverted) of `data`."""
+    if len(data) % 2:
+        data += b"\0"
+    s = sum(struct.unpack(">%dH" % (len(data) // 2), data))
+    while s >> 16:
+        s = (s & 0xffff) + (s >> 16)
+    return ~s & 0xffff
+
+
+def tcp4_frame(dst, src, payload, seq=1000):
+    """Ethernet / IPv4 / TCP (PSH ACK) carrying `payload`, as a TSO sender leaves it: IP
+    and TCP checksums not filled in (the switch computes them)."""
+    ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 40 + len(payload), 7, 0x4000, 64, 6, 0,
+                     bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]))
+    tcp = struct.pack(">HHIIBBHHH", 40000, 5201, seq, 1, 5 << 4, 0x18, 512, 0, 0)
+    return dst + src + b"\x08\x00" + ip + tcp + payload
+
+
+def tcp4_valid(f):
+    """True if the IPv4 header and TCP checksums of frame `f` verify."""
+    ip, l4 = f[14:34], f[34:]
+    pseudo = ip[12:20] + struct.pack(">BBH", 0, 6, len(l4))
+    return inet_csum(ip) == 0 and inet_csum(pseudo + l4) == 0
 
 
 # ---- guest memory --------------------------------------------------------------------------
@@ -2043,13 +2071,16 @@ class Rings(HostileCase):
 
     def test_15_frames_above_the_mtu(self):
         """Item 16: a port whose front-end set MTU 1500 (NET_SET_MTU) gets frames up to 1518
-        bytes (MTU + Ethernet header + one VLAN tag); a 1519-byte frame, even with a GSO
-        header asking for segmentation, is dropped as too_big on that port."""
+        bytes (MTU + Ethernet header + one VLAN tag); a 1519-byte frame is dropped as too_big
+        on that port. A TSO frame (from a sender that negotiated HOST_TSO4) is segmented by
+        its gso_size into frames that fit, with valid checksums; one whose segments would
+        not fit is too_big; one with a GSO header on a frame that is not TCP is bad_gso on
+        the sender's port. Nothing oversized is delivered."""
         d = self.h.guest("d", features=DEFAULT_FEATURES | VIRTIO_NET_F_MTU, protocol=DEFAULT_PROTOCOL | PROTO_MTU)
         self.assertEqual(d.u64(NET_SET_MTU, 1500), 0)
         d.rx.post()
         self.h.learn(d, MAC_D)
-        c = self.h.guest("c")
+        c = self.h.guest("c", features=DEFAULT_FEATURES | VIRTIO_NET_F_CSUM | VIRTIO_NET_F_HOST_TSO4)
         self.h.learn(c, MAC_C)
         ok = frame(MAC_D, MAC_C, b"MTU1", size=1518)
         c.tx.send_frame(ok)
@@ -2059,11 +2090,62 @@ class Rings(HostileCase):
             got = [f for f in d.rx.take() if f[14:18] == b"MTU1"]
         self.assertEqual(got[:1], [ok])
         before = self.h.stats()
-        gso = struct.pack("<BBHHHHH", 1, 1, 54, 1448, 34, 16, 0)  # NEEDS_CSUM, GSO_TCPV4
-        c.tx.send_frame(frame(MAC_D, MAC_C, b"MTU2", size=1519), hdr=gso)
+        gso = lambda mss: struct.pack("<BBHHHHH", 1, 1, 54, mss, 34, 16, 0)  # NEEDS_CSUM, TCPV4  # noqa: E731
+        c.tx.send_frame(frame(MAC_D, MAC_C, b"MTU2", size=1519), hdr=gso(1448))
         c.tx.send_frame(frame(MAC_D, MAC_C, b"MTU3", size=1519))
+        payload = bytes((i * 7) & 0xff for i in range(1900))
+        c.tx.send_frame(tcp4_frame(MAC_D, MAC_C, payload), hdr=gso(1000))
+        c.tx.send_frame(tcp4_frame(MAC_D, MAC_C, payload), hdr=gso(1600))
         st = self.h.wait_stats(lambda s: Harness.delta(before, s, "d", "too_big") == 2, 3, "too_big on d")
-        self.assertDelta("d", "tx_packets", 0, st, before)
+        self.assertDelta("c", "bad_gso", 1, st, before)
+        st = self.h.wait_stats(lambda s: Harness.delta(before, s, "d", "tx_packets") == 1, 3, "the TSO frame")
+        segs = []
+        deadline = time.monotonic() + 3
+        while len(segs) < 2 and time.monotonic() < deadline:
+            segs += [f for f in d.rx.take() if f[12:14] == b"\x08\x00"]
+        self.assertEqual([len(f) for f in segs], [54 + 1000, 54 + 900])
+        self.assertTrue(all(tcp4_valid(f) for f in segs))
+        self.assertEqual(segs[0][54:] + segs[1][54:], payload)
+        self.assertEqual(st["d"]["offload"]["sw_gso_segments"] - before["d"]["offload"]["sw_gso_segments"], 2)
+
+    def test_17_hostile_offload_metadata(self):
+        """Items 16-17: offload metadata is checked before use. gso_size 0, csum_start or
+        csum_offset past the frame, NEEDS_CSUM or TSO from a front-end that did not negotiate
+        CSUM / HOST_TSO4, UFO: dropped and counted (bad_gso, bad_csum) on the sender's port,
+        never delivered; a well-formed TSO frame right after them still is."""
+        c = self.h.guest("c", features=DEFAULT_FEATURES | VIRTIO_NET_F_CSUM | VIRTIO_NET_F_HOST_TSO4)
+        self.h.learn(c, MAC_C)
+        e = self.h.guest("d")  # negotiated no offloads
+        self.h.learn(e, MAC_D)
+        before = self.h.stats()
+        tso = tcp4_frame(MAC_B, MAC_C, bytes(1900))  # the buffers hold 2048 bytes
+        hdr = lambda flags, gtype, mss, start, off: struct.pack("<BBHHHHH", flags, gtype, 54, mss, start, off, 0)  # noqa: E731
+        n = len(tso)
+        for h in (hdr(1, 1, 0, 34, 16),          # gso_size 0
+                  hdr(1, 3, 1448, 34, 6),        # UFO
+                  hdr(1, 0x81, 1448, 34, 16)):   # ECN without HOST_ECN
+            c.tx.send_frame(tso, hdr=h)
+        for h in (hdr(1, 1, 1448, n, 16),        # csum_start past the frame
+                  hdr(1, 0, 0, n - 10, 9),       # csum field past the end
+                  hdr(1, 1, 1448, 0xffff, 0xffff)):
+            c.tx.send_frame(tso, hdr=h)
+        e.tx.send_frame(tso[:1500], hdr=hdr(1, 0, 0, 34, 16))   # NEEDS_CSUM without CSUM
+        e.tx.send_frame(tso, hdr=hdr(0, 1, 1448, 34, 16))       # TSO without HOST_TSO4
+        st = self.h.wait_taken(before, "c", 6)
+        st = self.h.wait_taken(before, "d", 2)
+        self.assertDelta("c", "bad_gso", 3, st, before)
+        self.assertDelta("c", "bad_csum", 3, st, before)
+        self.assertDelta("d", "bad_csum", 1, st, before)
+        self.assertDelta("d", "bad_gso", 1, st, before)
+        self.assertDelta("b", "tx_packets", 0, st, before)
+        c.tx.send_frame(tcp4_frame(MAC_B, MAC_C, b"TSOK" + bytes(1896)), hdr=hdr(1, 1, 1448, 34, 16))
+        got = []
+        deadline = time.monotonic() + 3
+        while len(got) < 2 and time.monotonic() < deadline:
+            got += [f for f in self.h.b.rx.take() if f[12:14] == b"\x08\x00"]
+        self.assertEqual([len(f) for f in got], [54 + 1448, 54 + 452])
+        self.assertEqual(got[0][54:58], b"TSOK")
+        self.assertTrue(all(tcp4_valid(f) for f in got))
 
     @unittest.expectedFailure
     def test_16_mac_table_eviction(self):
