@@ -317,6 +317,9 @@ def main():
     if sys.argv[1:2] == ["ping"]:  # guest ping RTT: its own module and options
         import ping_bench
         return ping_bench.main(sys.argv[2:])
+    if sys.argv[1:2] == ["tcp"]:  # guest and native iperf3 TCP: its own module and options
+        import tcp_bench
+        return tcp_bench.main(sys.argv[2:])
     ap = argparse.ArgumentParser(prog="virtlink bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name", choices=["p2p", "pvp", "pvvp", "loopback", "batching"])

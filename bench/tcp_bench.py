@@ -1,0 +1,285 @@
+"""`virtlink bench tcp`: iperf3 TCP throughput between two Linux guests, offloads on and off.
+
+Paths (iperf3 -c in g1 -> iperf3 -s in g2, `-P 1` and `-P 10`, `-t SECONDS`):
+  virtlink-poll    guest1 -> virtlink (bridge, --pmd-mode poll, PMD on CPU 1) -> guest2.
+                   offloads on: the switch offers CSUM, GUEST_CSUM, TSO4/6, ECN and the
+                   guests take them (TSO frames cross the switch whole, up to 64 KiB);
+                   off: the switch refuses them (`--offloads off`), so the guests checksum
+                   and segment in their own kernels.
+  qemu-userspace   guest1 -> QEMU tap back-end (vhost=off) -> tap -> Linux bridge -> tap ->
+                   QEMU -> guest2. on: QEMU's defaults (TSO through the tap's vnet header);
+                   off: `-device virtio-net-pci,csum=off,guest_csum=off,gso=off,
+                   host_tso4=off,...,guest_tso4=off,...`.
+  native           two network namespaces on a veth pair, no guests. off: `ethtool -K`
+                   tx, sg, tso, gso, gro off on both ends.
+
+Each (path, offloads) boots its own guests (features are negotiated at boot). Throughput is
+the receiver's: iperf3's sum_received bits_per_second. Guests run under TCG, so their CPU
+(emulated) is the bottleneck of every guest path; the native path shows the host kernel.
+"""
+
+import argparse
+import contextlib
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "interop"))
+import vltest  # noqa: E402
+import vlguest  # noqa: E402
+import report  # noqa: E402
+import ping_bench  # noqa: E402
+from ping_bench import MAC1, MAC2, IP1, IP2, LinuxBridge, log, ip  # noqa: E402
+
+QEMU_OFFLOADS_OFF = ("csum=off,guest_csum=off,gso=off,host_tso4=off,host_tso6=off,"
+                     "host_ecn=off,host_ufo=off,guest_tso4=off,guest_tso6=off,guest_ecn=off,"
+                     "guest_ufo=off")
+CORE_PLAN = ("2 CPUs. virtlink-poll: the switch's PMD thread busy-polls pinned to CPU 1; the "
+             "two QEMU guests (TCG, 1 vCPU each, unpinned) share the CPUs with it (in effect "
+             "CPU 0). qemu-userspace: each QEMU's tap back-end in its own main loop, the Linux "
+             "bridge in the host kernel, unpinned. native: iperf3 client and server in two "
+             "network namespaces, unpinned.")
+
+
+def guest_iperf(g1, g2, streams, seconds):
+    """iperf3 in g1 to g2; returns (received Mbit/s, sent bytes, received bytes, retransmits)."""
+    cmd = ("timeout %d iperf3 -c %s -t %d -P %d -J >/tmp/iperf.json; s=$?; "
+           "sed -n '/\"sum_sent\"/,/\"retransmits\"/p;/\"sum_received\"/,/\"bits_per_second\"/p'"
+           " /tmp/iperf.json | grep -E '\"(bytes|bits_per_second|retransmits)\"'; [ $s = 0 ]"
+           % (seconds + 60, g2.addr, seconds, streams))
+    out = g1.run(cmd, timeout=seconds + 90)
+    vals = [l.split(":")[0].strip().strip('"') + "=" + l.split(":")[1].strip().rstrip(",")
+            for l in out.splitlines() if ":" in l]
+    # sum_sent: bytes, bits_per_second, retransmits; sum_received: bytes, bits_per_second
+    if len(vals) != 5:
+        raise RuntimeError("unexpected iperf3 summary:\n" + out)
+    v = [float(x.split("=")[1]) for x in vals]
+    return v[4] / 1e6, int(v[0]), int(v[3]), int(v[2])
+
+
+def make_row(path, switch, mode, offloads, streams, seconds, mbps, sent, received, retr,
+             pmd_mode=None):
+    return report.row(
+        experiment="tcp", topology="netns" if path == "native" else "guest", switch=switch,
+        mode=mode, pmd_mode=pmd_mode, path=path, offloads=offloads, streams=streams,
+        trial_s=seconds, throughput_mbps=round(mbps, 1),
+        iperf3={"sent_bytes": sent, "received_bytes": received, "retransmits": retr})
+
+
+def run_guest_pair(opts, rows, errors, path, offloads, switch_extra=None, net_extra=()):
+    """Boots a pair (on virtlink ports when `switch_extra` is a list of switch options,
+    else on taps of a Linux bridge) and measures every stream count."""
+    try:
+        with contextlib.ExitStack() as stack:
+            if switch_extra is None:
+                lb = stack.enter_context(LinuxBridge(str(os.getpid() % 100000)))
+                e1, e2 = ["--tap", lb.taps[0]], ["--tap", lb.taps[1]]
+            else:
+                e1, e2 = [], []
+            tb = stack.enter_context(vlguest.GuestTestbed(None))
+            if switch_extra is not None:
+                tb.start_switch(ports=["vm1", "vm2"], forward="bridge", pmd_cores="1",
+                                extra=switch_extra)
+            g1 = tb.start_guest("g1", "vm1", IP1, mac=MAC1, extra=e1 + list(net_extra))
+            g2 = tb.start_guest("g2", "vm2", IP2, mac=MAC2,
+                                extra=e2 + list(net_extra) + ["--iperf"])
+            vlguest.wait_all_ready([g1, g2], timeout=180)
+            if tb.switch is not None:
+                tb.wait_connected(["vm1", "vm2"], timeout=30)
+            g1.run("ip neigh replace %s lladdr %s dev eth0 nud permanent" % (g2.addr, MAC2))
+            g2.run("ip neigh replace %s lladdr %s dev eth0 nud permanent" % (g1.addr, MAC1))
+            g1.run("ping -c 3 -i 0.2 -W 2 %s" % g2.addr, timeout=30)
+            sw = "virtlink" if tb.switch is not None else "qemu-userspace"
+            for streams in opts.streams:
+                mbps, sent, received, retr = guest_iperf(g1, g2, streams, opts.seconds)
+                log("[tcp %s offloads %s -P %d] %.1f Mbit/s (sent %d B, received %d B, "
+                    "%d retransmits)" % (path, offloads, streams, mbps, sent, received, retr))
+                rows.append(make_row(path, sw, "bridge" if sw == "virtlink" else "linux-bridge",
+                                     offloads, streams, opts.seconds, mbps, sent, received,
+                                     retr, pmd_mode="poll" if sw == "virtlink" else None))
+            if tb.switch is not None:
+                st = tb.switch_stats()
+                log("[tcp %s offloads %s] switch: features vm1 %s; offload vm1 %s vm2 %s; "
+                    "drops vm1 %s vm2 %s" % (
+                        path, offloads, st["vm1"]["feature_names"], st["vm1"]["offload"],
+                        st["vm2"]["offload"],
+                        {k: v for k, v in st["vm1"]["drops"].items() if v},
+                        {k: v for k, v in st["vm2"]["drops"].items() if v}))
+    except (RuntimeError, AssertionError, vltest.TestTimeout) as e:
+        msg = "%s offloads %s: failed: %s" % (path, offloads,
+                                               str(e).strip().splitlines()[0] if str(e) else e)
+        log(msg)
+        errors.append(msg)
+
+
+def bench_virtlink(opts, rows, errors):
+    for offloads in ("on", "off"):
+        run_guest_pair(opts, rows, errors, "virtlink-poll", offloads,
+                       switch_extra=["--pmd-mode", "poll", "--offloads", offloads])
+
+
+def bench_qemu_userspace(opts, rows, errors):
+    for offloads in ("on", "off"):
+        run_guest_pair(opts, rows, errors, "qemu-userspace", offloads,
+                       net_extra=[] if offloads == "on" else ["--extra-net-args",
+                                                               QEMU_OFFLOADS_OFF])
+
+
+class NetnsPair:
+    """Two network namespaces joined by a veth pair (10.9.0.1 <-> 10.9.0.2); removed on exit."""
+
+    def __init__(self, tag):
+        self.ns = ["vltcp%sa" % tag, "vltcp%sb" % tag]
+        self.dev = ["vltcp%sa" % tag, "vltcp%sb" % tag]
+
+    def __enter__(self):
+        try:
+            for n in self.ns:
+                ip("netns", "add", n)
+            ip("link", "add", self.dev[0], "netns", self.ns[0], "type", "veth", "peer", "name",
+               self.dev[1], "netns", self.ns[1])
+            for i, (n, d) in enumerate(zip(self.ns, self.dev)):
+                ip("-n", n, "addr", "add", "10.9.0.%d/24" % (i + 1), "dev", d)
+                ip("-n", n, "link", "set", d, "up")
+                ip("-n", n, "link", "set", "lo", "up")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def exec(self, i, argv, **kw):
+        return subprocess.run(["ip", "netns", "exec", self.ns[i]] + argv, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, **kw)
+
+    def close(self):
+        for n in self.ns:
+            ip("netns", "del", n, check=False)
+
+
+def bench_native(opts, rows, errors):
+    import json
+    path = "native"
+    try:
+        with NetnsPair(str(os.getpid() % 10000)) as nn:
+            for offloads in ("on", "off"):
+                for i in (0, 1):
+                    feats = "on" if offloads == "on" else "off"
+                    r = nn.exec(i, ["ethtool", "-K", nn.dev[i], "tx", feats, "sg", feats, "tso",
+                                    feats, "gso", feats, "gro", feats])
+                    if r.returncode != 0:
+                        raise RuntimeError("ethtool -K: " + r.stderr.strip())
+                for streams in opts.streams:
+                    srv = subprocess.Popen(["ip", "netns", "exec", nn.ns[1], "iperf3", "-s", "-1"],
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    try:
+                        time.sleep(0.5)
+                        r = nn.exec(0, ["iperf3", "-c", "10.9.0.2", "-t", str(opts.seconds), "-P",
+                                        str(streams), "-J"], timeout=opts.seconds + 60)
+                        if r.returncode != 0:
+                            raise RuntimeError("iperf3: " + (r.stdout + r.stderr)[-300:])
+                        end = json.loads(r.stdout)["end"]
+                        mbps = end["sum_received"]["bits_per_second"] / 1e6
+                        sent, received = end["sum_sent"]["bytes"], end["sum_received"]["bytes"]
+                        retr = end["sum_sent"].get("retransmits", 0)
+                    finally:
+                        srv.kill()
+                        srv.wait()
+                    log("[tcp native offloads %s -P %d] %.1f Mbit/s" % (offloads, streams, mbps))
+                    rows.append(make_row(path, "none", "veth", offloads, streams, opts.seconds,
+                                         mbps, sent, received, retr))
+    except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
+        msg = "native: failed: %s" % (str(e).strip().splitlines()[0] if str(e) else e)
+        log(msg)
+        errors.append(msg)
+
+
+def table(rows):
+    def find(path, offloads, streams):
+        return next((r for r in rows if (r["path"], r["offloads"], r["streams"]) ==
+                     (path, offloads, streams)), None)
+    lines = ["%-16s %-9s %8s %12s %10s %14s" % ("path", "offloads", "streams", "Mbit/s",
+                                                 "on/off", "vs native")]
+    for r in rows:
+        other = find(r["path"], "off" if r["offloads"] == "on" else "on", r["streams"])
+        nat = find("native", r["offloads"], r["streams"])
+        lines.append("%-16s %-9s %8d %12.1f %10s %14s" % (
+            r["path"], r["offloads"], r["streams"], r["throughput_mbps"],
+            "%.2fx" % (r["throughput_mbps"] / other["throughput_mbps"])
+            if r["offloads"] == "on" and other and other["throughput_mbps"] else "",
+            "%.3fx" % (r["throughput_mbps"] / nat["throughput_mbps"])
+            if nat and nat["throughput_mbps"] else "-"))
+    return lines
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="virtlink bench tcp", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--virtlink", required=True, help=argparse.SUPPRESS)
+    ap.add_argument("--json", help="write the bench JSON (INTERFACES.md) here")
+    ap.add_argument("--quick", action="store_true", help="3 s per iperf3 run (default 10 s)")
+    ap.add_argument("--seconds", type=int, help="iperf3 -t (10; --quick 3)")
+    ap.add_argument("--streams", default="1,10", help="iperf3 -P values (1,10)")
+    ap.add_argument("--paths", default="virtlink,qemu-userspace,native",
+                    help="virtlink, qemu-userspace and/or native")
+    opts = ap.parse_args(argv)
+    vltest.VIRTLINK = os.path.abspath(opts.virtlink)
+    if opts.seconds is None:
+        opts.seconds = 3 if opts.quick else 10
+    opts.streams = [int(x) for x in opts.streams.split(",")]
+    paths = [p.strip() for p in opts.paths.split(",")]
+    if "virtlink" in paths or "qemu-userspace" in paths:
+        for f in ("vmlinuz", "initramfs.cpio.gz"):
+            if not os.path.exists(os.path.join(vlguest.IMAGE_DIR, f)):
+                raise SystemExit("tcp: no guest image in %s (scripts/guest/build-guest.sh)"
+                                 % vlguest.IMAGE_DIR)
+    args, skip = list(argv), set()
+    for i, a in enumerate(args):
+        if a == "--virtlink":
+            skip.update((i, i + 1))
+        elif a.startswith("--virtlink="):
+            skip.add(i)
+    command = ("virtlink bench tcp " + " ".join(shlex.quote(a) for i, a in enumerate(args)
+                                                if i not in skip)).rstrip()
+    version, anchors = report.versions(vltest.VIRTLINK)
+    anchors["qemu"] = ping_bench.qemu_version()
+    anchors["iperf3"] = report.package_version("iperf3")
+    load0 = report.load_average()
+    t0 = time.time()
+    rows, errors = [], []
+    if "virtlink" in paths:
+        bench_virtlink(opts, rows, errors)
+    if "qemu-userspace" in paths:
+        bench_qemu_userspace(opts, rows, errors)
+    if "native" in paths:
+        bench_native(opts, rows, errors)
+    load1 = report.load_average()
+    note = ("Mbit/s: iperf3 -t %d, the receiver's rate (sum_received); on/off: this path "
+            "with offloads over without, same stream count; vs native: over the veth pair "
+            "between namespaces with the same offload setting. Guests run under TCG (no KVM)."
+            % opts.seconds)
+    print("virtlink bench tcp   (%s, %s, %s)" % (time.strftime("%Y-%m-%d %H:%M"), version,
+                                                  anchors["qemu"]))
+    print("command: " + command)
+    print("core plan: " + CORE_PLAN)
+    print("load average at start %s, at end %s (2 CPUs: above 1 the numbers mean little)" %
+          (load0, load1))
+    print("\n".join(table(rows)))
+    print(note)
+    for e in errors:
+        print("not measured: " + e)
+    print("took %.0f s" % (time.time() - t0))
+    if opts.json:
+        report.write_json(opts.json, command, version, CORE_PLAN, rows, anchors=anchors,
+                          errors=errors, load_average={"start": load0, "end": load1},
+                          method={"seconds": opts.seconds, "streams": opts.streams,
+                                  "qemu_offloads_off": QEMU_OFFLOADS_OFF, "note": note})
+        print("wrote " + opts.json)
+    return 1 if (errors and not rows) else 0
