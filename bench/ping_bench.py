@@ -6,6 +6,13 @@ Paths (the same two guests' kernels, the same ping):
   virtlink-adaptive    the same, --pmd-mode adaptive, PMD thread unpinned
   qemu-userspace       guest1 -> QEMU tap back-end (vhost=off) -> tap -> Linux bridge -> tap
                        -> QEMU -> guest2: QEMU's own userspace networking, no vhost
+  native               two network namespaces on a veth pair (the host kernel, no guests)
+
+Runs per path (`--runs`, rows tagged ping.kind):
+  interval   `ping -q -c COUNT -i INTERVAL`: RTT min/avg/max/mdev
+  flood      `ping -q -f -c FLOOD` (56 B): RTT min/avg/max, total time
+  flood-1024 `ping -q -s 1024 -l 120 -f -c FLOOD` (120 in flight): total time (duration_s,
+             the `time` ping reports) and RTT
 
 The virtlink paths share one pair of guests: between modes the switch is restarted on the
 same sockets and the guests' vhost-user clients reconnect (QEMU reconnect=1). The tap path
@@ -19,6 +26,7 @@ what the bench is for. Bridges and tap devices are removed on every exit path.
 
 import argparse
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -93,31 +101,105 @@ class LinuxBridge:
             log("ping: could not remove %s" % left)
 
 
-def ping_pair(g1, g2, count, interval):
-    """Warm-up, then the measured ping g1 -> g2. Returns (parsed, mdev ms, duration s)."""
+class NetnsPair:
+    """Two network namespaces joined by a veth pair (10.9.0.1 <-> 10.9.0.2); removed on exit."""
+
+    def __init__(self, tag):
+        self.ns = ["vlns%sa" % tag, "vlns%sb" % tag]
+        self.dev = ["vlve%sa" % tag, "vlve%sb" % tag]
+        self.addr = ["10.9.0.1", "10.9.0.2"]
+
+    def __enter__(self):
+        try:
+            for n in self.ns:
+                ip("netns", "add", n)
+            ip("link", "add", self.dev[0], "netns", self.ns[0], "type", "veth", "peer", "name",
+               self.dev[1], "netns", self.ns[1])
+            for i, (n, d) in enumerate(zip(self.ns, self.dev)):
+                ip("-n", n, "addr", "add", "%s/24" % self.addr[i], "dev", d)
+                ip("-n", n, "link", "set", d, "up")
+                ip("-n", n, "link", "set", "lo", "up")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def exec(self, i, argv, timeout=None):
+        return subprocess.run(["ip", "netns", "exec", self.ns[i]] + argv, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=timeout)
+
+    def close(self):
+        for n in self.ns:
+            ip("netns", "del", n, check=False)
+
+
+_PING_TIME = re.compile(r"packets transmitted, .*time (\d+)ms")
+
+
+def ping_cmds(opts):
+    """(kind, ping arguments, count) of every run asked for."""
+    out = []
+    for kind in opts.runs:
+        if kind == "interval":
+            out.append((kind, "-q -c %d -i %s -W 2" % (opts.count, opts.interval), opts.count))
+        elif kind == "flood":
+            out.append((kind, "-q -f -c %d -W 2" % opts.flood, opts.flood))
+        elif kind == "flood-1024":
+            out.append((kind, "-q -s 1024 -l 120 -f -c %d -W 2" % opts.flood, opts.flood))
+        else:
+            raise SystemExit("ping: unknown run %r (interval, flood, flood-1024)" % kind)
+    return out
+
+
+def parse_run(cmd, status, out):
+    p = vlguest.parse_ping(out)
+    m = vlguest._PING_RTT.search(out)
+    t = _PING_TIME.search(out)
+    if p["rtt"] is None or status not in (0, 1) or not t:
+        raise RuntimeError("`%s` exited with %d:\n%s" % (cmd, status, out))
+    return p, float(m.group(4)), int(t.group(1)) / 1000.0
+
+
+def guest_runs(opts, g1, g2):
+    """Warm-up, then every run g1 -> g2. Yields (kind, parsed, mdev ms, ping's time s)."""
     g1.run("ip neigh replace %s lladdr %s dev eth0 nud permanent" % (g2.addr, MAC2))
     g2.run("ip neigh replace %s lladdr %s dev eth0 nud permanent" % (g1.addr, MAC1))
     g1.run("ping -c 5 -i 0.2 -W 2 %s" % g2.addr, timeout=30)
-    cmd = "ping -q -c %d -i %s -W 2 %s" % (count, interval, g2.addr)
-    t0 = time.monotonic()
-    status, out = g1.run(cmd, timeout=60 + count * max(interval, 0.01) * 10, check=False)
-    dt = time.monotonic() - t0
-    p = vlguest.parse_ping(out)
-    m = vlguest._PING_RTT.search(out)
-    if p["rtt"] is None or status not in (0, 1):
-        raise RuntimeError("`%s` exited with %d:\n%s" % (cmd, status, out))
-    return p, float(m.group(4)), dt
+    for kind, args, count in ping_cmds(opts):
+        cmd = "ping %s %s" % (args, g2.addr)
+        status, out = g1.run(cmd, timeout=60 + count * 0.05, check=False)
+        yield (kind,) + parse_run(cmd, status, out)
 
 
-def make_row(path, switch, mode, pmd_mode, p, mdev, dt, count, interval):
+def make_row(path, switch, mode, pmd_mode, kind, p, mdev, dt, opts):
     ns = lambda ms: int(round(ms * 1e6))  # noqa: E731
     mn, avg, mx = p["rtt"]
     return report.row(
-        experiment="ping", topology="guest", switch=switch, mode=mode, pmd_mode=pmd_mode,
-        path=path, rtt_ns={"min": ns(mn), "avg": ns(avg), "max": ns(mx)},
-        duration_s=round(dt, 2),
-        ping={"count": count, "interval_s": interval, "tx": p["tx"], "rx": p["rx"],
+        experiment="ping", topology="netns" if path == "native" else "guest", switch=switch,
+        mode=mode, pmd_mode=pmd_mode, path=path,
+        frame_size=14 + 20 + 8 + (1024 if kind == "flood-1024" else 56),
+        rtt_ns={"min": ns(mn), "avg": ns(avg), "max": ns(mx)}, duration_s=round(dt, 3),
+        ping={"kind": kind, "count": p["tx"],
+              "interval_s": opts.interval if kind == "interval" else 0,
+              "preload": 120 if kind == "flood-1024" else None, "tx": p["tx"], "rx": p["rx"],
               "loss_percent": p["loss"], "mdev_ns": ns(mdev)})
+
+
+def record(rows, errors, path, switch, mode, pmd_mode, runs, opts):
+    for kind, p, mdev, dt in runs:
+        log("[ping %s %s] %s, mdev %.3f ms, ping time %.2f s" % (path, kind, vlguest.fmt_ping(p),
+                                                                  mdev, dt))
+        rows.append(make_row(path, switch, mode, pmd_mode, kind, p, mdev, dt, opts))
+
+
+def failed(errors, path, e):
+    msg = "%s: failed: %s" % (path, str(e).strip().splitlines()[0] if str(e) else e)
+    log(msg)
+    errors.append(msg)
 
 
 def bench_virtlink(opts, rows, errors):
@@ -135,14 +217,10 @@ def bench_virtlink(opts, rows, errors):
                     g2 = tb.start_guest("g2", "vm2", IP2, mac=MAC2)
                     vlguest.wait_all_ready([g1, g2], timeout=180)
                 tb.wait_connected(["vm1", "vm2"], timeout=30)
-                p, mdev, dt = ping_pair(g1, g2, opts.count, opts.interval)
-                log("[ping %s] %s, mdev %.3f ms, %.1f s" % (path, vlguest.fmt_ping(p), mdev, dt))
-                rows.append(make_row(path, "virtlink", "bridge", mode, p, mdev, dt,
-                                     opts.count, opts.interval))
+                record(rows, errors, path, "virtlink", "bridge", mode, guest_runs(opts, g1, g2),
+                       opts)
             except (RuntimeError, AssertionError, vltest.TestTimeout) as e:
-                msg = "%s: failed: %s" % (path, str(e).strip().splitlines()[0] if str(e) else e)
-                log(msg)
-                errors.append(msg)
+                failed(errors, path, e)
                 if g1 is None or not (g1.alive() and g2.alive()):
                     break
 
@@ -154,26 +232,41 @@ def bench_qemu_userspace(opts, rows, errors):
             g1 = tb.start_guest("g1", "unused1", IP1, mac=MAC1, extra=["--tap", lb.taps[0]])
             g2 = tb.start_guest("g2", "unused2", IP2, mac=MAC2, extra=["--tap", lb.taps[1]])
             vlguest.wait_all_ready([g1, g2], timeout=180)
-            p, mdev, dt = ping_pair(g1, g2, opts.count, opts.interval)
-            log("[ping %s] %s, mdev %.3f ms, %.1f s" % (path, vlguest.fmt_ping(p), mdev, dt))
-            rows.append(make_row(path, "qemu-userspace", "linux-bridge", None, p, mdev, dt,
-                                 opts.count, opts.interval))
+            record(rows, errors, path, "qemu-userspace", "linux-bridge", None,
+                   guest_runs(opts, g1, g2), opts)
     except (RuntimeError, AssertionError, vltest.TestTimeout) as e:
-        msg = "%s: failed: %s" % (path, str(e).strip().splitlines()[0] if str(e) else e)
-        log(msg)
-        errors.append(msg)
+        failed(errors, path, e)
+
+
+def bench_native(opts, rows, errors):
+    path = "native"
+    try:
+        with NetnsPair(str(os.getpid() % 10000)) as nn:
+            nn.exec(0, ["ping", "-c", "3", "-i", "0.2", nn.addr[1]], timeout=30)
+            runs = []
+            for kind, args, count in ping_cmds(opts):
+                argv = ["ping"] + args.split() + [nn.addr[1]]
+                r = nn.exec(0, argv, timeout=60 + count * 0.05)
+                runs.append((kind,) + parse_run(" ".join(argv), r.returncode, r.stdout + r.stderr))
+            record(rows, errors, path, "none", "veth", None, runs, opts)
+    except (RuntimeError, AssertionError, OSError, subprocess.TimeoutExpired) as e:
+        failed(errors, path, e)
 
 
 def table(rows):
-    anchor = next((r["rtt_ns"]["avg"] for r in rows if r["path"] == "virtlink-poll"), None)
-    lines = ["%-20s %10s %10s %10s %10s %6s %14s" % ("path", "min us", "avg us", "max us",
-                                                      "mdev us", "loss", "avg/vl-poll")]
+    lines = ["%-20s %-11s %9s %9s %9s %9s %6s %10s %11s %11s" % (
+        "path", "run", "min us", "avg us", "max us", "mdev us", "loss", "time s",
+        "avg/native", "avg/qemu-us")]
     for r in rows:
-        t = r["rtt_ns"]
-        lines.append("%-20s %10.1f %10.1f %10.1f %10.1f %5g%% %14s" % (
-            r["path"], t["min"] / 1e3, t["avg"] / 1e3, t["max"] / 1e3,
-            r["ping"]["mdev_ns"] / 1e3, r["ping"]["loss_percent"],
-            "%.2fx" % (t["avg"] / anchor) if anchor else "-"))
+        t, kind = r["rtt_ns"], r["ping"]["kind"]
+        ref = lambda path: next((x["rtt_ns"]["avg"] for x in rows if x["path"] == path  # noqa: E731
+                                 and x["ping"]["kind"] == kind), None)
+        nat, qus = ref("native"), ref("qemu-userspace")
+        lines.append("%-20s %-11s %9.1f %9.1f %9.1f %9.1f %5g%% %10.2f %11s %11s" % (
+            r["path"], kind, t["min"] / 1e3, t["avg"] / 1e3, t["max"] / 1e3,
+            r["ping"]["mdev_ns"] / 1e3, r["ping"]["loss_percent"], r["duration_s"],
+            "%.2fx" % (t["avg"] / nat) if nat else "-",
+            "%.2fx" % (t["avg"] / qus) if qus else "-"))
     return lines
 
 
@@ -190,16 +283,25 @@ def main(argv):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--virtlink", required=True, help=argparse.SUPPRESS)
     ap.add_argument("--json", help="write the bench JSON (INTERFACES.md) here")
-    ap.add_argument("--quick", action="store_true", help="200 pings per path (default 1000)")
-    ap.add_argument("--count", type=int, help="pings per path (1000; --quick 200)")
+    ap.add_argument("--quick", action="store_true",
+                    help="200 interval pings, 1000 flood pings per run (default 1000, 10000)")
+    ap.add_argument("--count", type=int, help="interval pings per path (1000; --quick 200)")
+    ap.add_argument("--flood", type=int, help="pings per flood run (10000; --quick 1000)")
     ap.add_argument("--interval", type=float, default=0.01, help="ping -i seconds (0.01)")
-    ap.add_argument("--paths", default="virtlink,qemu-userspace",
-                    help="virtlink (its three PMD modes) and/or qemu-userspace")
+    ap.add_argument("--runs", default="interval,flood,flood-1024",
+                    help="interval (-i), flood (-f, 56 B), flood-1024 (-s 1024 -l 120 -f)")
+    ap.add_argument("--paths", default="virtlink,qemu-userspace,native",
+                    help="virtlink (its three PMD modes), qemu-userspace, native")
     opts = ap.parse_args(argv)
     vltest.VIRTLINK = os.path.abspath(opts.virtlink)
     if opts.count is None:
         opts.count = 200 if opts.quick else 1000
-    for f in ("vmlinuz", "initramfs.cpio.gz"):
+    if opts.flood is None:
+        opts.flood = 1000 if opts.quick else 10000
+    opts.runs = [r.strip() for r in opts.runs.split(",")]
+    ping_cmds(opts)  # unknown run names fail before anything starts
+    paths = [p.strip() for p in opts.paths.split(",")]
+    for f in ("vmlinuz", "initramfs.cpio.gz") if set(paths) - {"native"} else ():
         if not os.path.exists(os.path.join(vlguest.IMAGE_DIR, f)):
             raise SystemExit("ping: no guest image in %s (scripts/guest/build-guest.sh)"
                              % vlguest.IMAGE_DIR)
@@ -218,16 +320,20 @@ def main(argv):
     load0 = report.load_average()
     t0 = time.time()
     rows, errors = [], []
-    paths = [p.strip() for p in opts.paths.split(",")]
     if "virtlink" in paths:
         bench_virtlink(opts, rows, errors)
     if "qemu-userspace" in paths:
         bench_qemu_userspace(opts, rows, errors)
+    if "native" in paths:
+        bench_native(opts, rows, errors)
     load1 = report.load_average()
-    note = ("rtt: iputils ping in guest g1 to g2, `ping -q -c %d -i %g`, after 5 warm-up "
-            "pings, static neighbour entries; min/avg/max/mdev as ping reports them; "
-            "avg/vl-poll: this path's avg RTT over virtlink-poll's. Guests run under TCG "
-            "(no KVM), so emulation dominates every RTT." % (opts.count, opts.interval))
+    note = ("iputils ping in guest g1 to g2 (native: namespace a to b), after 5 warm-up "
+            "pings, static neighbour entries. interval: `ping -q -c %d -i %g`; flood: "
+            "`ping -q -f -c %d` (56 B); flood-1024: `ping -q -s 1024 -l 120 -f -c %d`. "
+            "min/avg/max/mdev and time (the run's total) as ping reports them; avg/native, "
+            "avg/qemu-us: this run's avg RTT over the native and qemu-userspace paths' for "
+            "the same run. Guests run under TCG (no KVM), so emulation dominates every RTT."
+            % (opts.count, opts.interval, opts.flood, opts.flood))
     print("virtlink bench ping   (%s, %s, %s)" % (time.strftime("%Y-%m-%d %H:%M"), version,
                                                    anchors["qemu"]))
     print("command: " + command)
@@ -243,6 +349,6 @@ def main(argv):
         report.write_json(opts.json, command, version, CORE_PLAN, rows, anchors=anchors,
                           errors=errors, load_average={"start": load0, "end": load1},
                           method={"count": opts.count, "interval_s": opts.interval,
-                                  "note": note})
+                                  "flood": opts.flood, "runs": opts.runs, "note": note})
         print("wrote " + opts.json)
     return 1 if (errors and not rows) else 0

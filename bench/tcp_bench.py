@@ -33,7 +33,7 @@ import vltest  # noqa: E402
 import vlguest  # noqa: E402
 import report  # noqa: E402
 import ping_bench  # noqa: E402
-from ping_bench import MAC1, MAC2, IP1, IP2, LinuxBridge, log, ip  # noqa: E402
+from ping_bench import MAC1, MAC2, IP1, IP2, LinuxBridge, NetnsPair, log  # noqa: E402
 
 QEMU_OFFLOADS_OFF = ("csum=off,guest_csum=off,gso=off,host_tso4=off,host_tso6=off,"
                      "host_ecn=off,host_ufo=off,guest_tso4=off,guest_tso6=off,guest_ecn=off,"
@@ -129,41 +129,6 @@ def bench_qemu_userspace(opts, rows, errors):
                                                                QEMU_OFFLOADS_OFF])
 
 
-class NetnsPair:
-    """Two network namespaces joined by a veth pair (10.9.0.1 <-> 10.9.0.2); removed on exit."""
-
-    def __init__(self, tag):
-        self.ns = ["vltcp%sa" % tag, "vltcp%sb" % tag]
-        self.dev = ["vltcp%sa" % tag, "vltcp%sb" % tag]
-
-    def __enter__(self):
-        try:
-            for n in self.ns:
-                ip("netns", "add", n)
-            ip("link", "add", self.dev[0], "netns", self.ns[0], "type", "veth", "peer", "name",
-               self.dev[1], "netns", self.ns[1])
-            for i, (n, d) in enumerate(zip(self.ns, self.dev)):
-                ip("-n", n, "addr", "add", "10.9.0.%d/24" % (i + 1), "dev", d)
-                ip("-n", n, "link", "set", d, "up")
-                ip("-n", n, "link", "set", "lo", "up")
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def exec(self, i, argv, **kw):
-        return subprocess.run(["ip", "netns", "exec", self.ns[i]] + argv, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, **kw)
-
-    def close(self):
-        for n in self.ns:
-            ip("netns", "del", n, check=False)
-
-
 def bench_native(opts, rows, errors):
     import json
     path = "native"
@@ -181,7 +146,7 @@ def bench_native(opts, rows, errors):
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     try:
                         time.sleep(0.5)
-                        r = nn.exec(0, ["iperf3", "-c", "10.9.0.2", "-t", str(opts.seconds), "-P",
+                        r = nn.exec(0, ["iperf3", "-c", nn.addr[1], "-t", str(opts.seconds), "-P",
                                         str(streams), "-J"], timeout=opts.seconds + 60)
                         if r.returncode != 0:
                             raise RuntimeError("iperf3: " + (r.stdout + r.stderr)[-300:])
