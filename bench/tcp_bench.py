@@ -1,7 +1,8 @@
 """`virtlink bench tcp`: iperf3 TCP throughput between two Linux guests, offloads on and off.
 
 Paths (iperf3 -c in g1 -> iperf3 -s in g2, `-P 1` and `-P 10`, `-t SECONDS`):
-  virtlink-poll    guest1 -> virtlink (bridge, --pmd-mode poll, PMD on CPU 1) -> guest2.
+  virtlink-MODE    guest1 -> virtlink (bridge, --pmd-mode MODE; poll: PMD on CPU 1, adaptive
+                   and interrupt: unpinned) -> guest2 (--modes, default poll,adaptive).
                    offloads on: the switch offers CSUM, GUEST_CSUM, TSO4/6, ECN and the
                    guests take them (TSO frames cross the switch whole, up to 64 KiB);
                    off: the switch refuses them (`--offloads off`), so the guests checksum
@@ -40,7 +41,8 @@ QEMU_OFFLOADS_OFF = ("csum=off,guest_csum=off,gso=off,host_tso4=off,host_tso6=of
                      "guest_ufo=off")
 CORE_PLAN = ("2 CPUs. virtlink-poll: the switch's PMD thread busy-polls pinned to CPU 1; the "
              "two QEMU guests (TCG, 1 vCPU each, unpinned) share the CPUs with it (in effect "
-             "CPU 0). qemu-userspace: each QEMU's tap back-end in its own main loop, the Linux "
+             "CPU 0). virtlink-adaptive/-interrupt: the PMD thread unpinned, asleep when idle, "
+             "so the guests get both CPUs. qemu-userspace: each QEMU's tap back-end in its own main loop, the Linux "
              "bridge in the host kernel, unpinned. native: iperf3 client and server in two "
              "network namespaces, unpinned.")
 
@@ -70,7 +72,8 @@ def make_row(path, switch, mode, offloads, streams, seconds, mbps, sent, receive
         iperf3={"sent_bytes": sent, "received_bytes": received, "retransmits": retr})
 
 
-def run_guest_pair(opts, rows, errors, path, offloads, switch_extra=None, net_extra=()):
+def run_guest_pair(opts, rows, errors, path, offloads, switch_extra=None, net_extra=(),
+                   pmd_mode=None):
     """Boots a pair (on virtlink ports when `switch_extra` is a list of switch options,
     else on taps of a Linux bridge) and measures every stream count."""
     try:
@@ -82,7 +85,8 @@ def run_guest_pair(opts, rows, errors, path, offloads, switch_extra=None, net_ex
                 e1, e2 = [], []
             tb = stack.enter_context(vlguest.GuestTestbed(None))
             if switch_extra is not None:
-                tb.start_switch(ports=["vm1", "vm2"], forward="bridge", pmd_cores="1",
+                tb.start_switch(ports=["vm1", "vm2"], forward="bridge",
+                                pmd_cores="1" if pmd_mode == "poll" else "",
                                 extra=switch_extra)
             g1 = tb.start_guest("g1", "vm1", IP1, mac=MAC1, extra=e1 + list(net_extra))
             g2 = tb.start_guest("g2", "vm2", IP2, mac=MAC2,
@@ -100,7 +104,7 @@ def run_guest_pair(opts, rows, errors, path, offloads, switch_extra=None, net_ex
                     "%d retransmits)" % (path, offloads, streams, mbps, sent, received, retr))
                 rows.append(make_row(path, sw, "bridge" if sw == "virtlink" else "linux-bridge",
                                      offloads, streams, opts.seconds, mbps, sent, received,
-                                     retr, pmd_mode="poll" if sw == "virtlink" else None))
+                                     retr, pmd_mode=pmd_mode))
             if tb.switch is not None:
                 st = tb.switch_stats()
                 log("[tcp %s offloads %s] switch: features vm1 %s; offload vm1 %s vm2 %s; "
@@ -117,9 +121,10 @@ def run_guest_pair(opts, rows, errors, path, offloads, switch_extra=None, net_ex
 
 
 def bench_virtlink(opts, rows, errors):
-    for offloads in ("on", "off"):
-        run_guest_pair(opts, rows, errors, "virtlink-poll", offloads,
-                       switch_extra=["--pmd-mode", "poll", "--offloads", offloads])
+    for mode in opts.modes:
+        for offloads in ("on", "off"):
+            run_guest_pair(opts, rows, errors, "virtlink-" + mode, offloads, pmd_mode=mode,
+                           switch_extra=["--pmd-mode", mode, "--offloads", offloads])
 
 
 def bench_qemu_userspace(opts, rows, errors):
@@ -194,11 +199,14 @@ def main(argv):
     ap.add_argument("--streams", default="1,10", help="iperf3 -P values (1,10)")
     ap.add_argument("--paths", default="virtlink,qemu-userspace,native",
                     help="virtlink, qemu-userspace and/or native")
+    ap.add_argument("--modes", default="poll,adaptive",
+                    help="virtlink PMD modes, each a path (poll,adaptive; also interrupt)")
     opts = ap.parse_args(argv)
     vltest.VIRTLINK = os.path.abspath(opts.virtlink)
     if opts.seconds is None:
         opts.seconds = 3 if opts.quick else 10
     opts.streams = [int(x) for x in opts.streams.split(",")]
+    opts.modes = [m.strip() for m in opts.modes.split(",")]
     paths = [p.strip() for p in opts.paths.split(",")]
     if "virtlink" in paths or "qemu-userspace" in paths:
         for f in ("vmlinuz", "initramfs.cpio.gz"):

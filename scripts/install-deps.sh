@@ -13,6 +13,8 @@ PKGS=(
   libclang-rt-14-dev
   # real peers and guests for interop tests and benchmarks
   dpdk dpdk-dev qemu-system-x86 busybox-static cpio kmod iperf3 iputils-ping iproute2 procps psmisc
+  # bench tcp: offloads off on the native veth pair
+  ethtool
   # benchmark anchor: OVS-DPDK (bench/topologies.py runs its own private instance)
   openvswitch-switch-dpdk
   # reports
