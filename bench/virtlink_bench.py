@@ -17,6 +17,9 @@ that produced them (--json; plots in bench/results/). Every benchmark measures i
                    latency for 512-1518 B, per flush policy (immediate, rx-batch,
                    interval=50, budget=50) and OVS-DPDK tx-flush-interval 0 and 50
                    (bench/batching_bench.py)
+  tcp, ping        guests: iperf3 throughput with offloads on/off, ping RTT and flood ping,
+                   through virtlink, QEMU userspace networking and native namespaces
+                   (bench/tcp_bench.py, bench/ping_bench.py; options: NAME --help)
   loopback         the most a path carries when the traffic side sends as fast as the rings
                    allow (back-pressure, no loss criterion): virtlink xconnect and bridge
                    vs testpmd's vhost PMD. --traffic gen (default: `virtlink gen` at rate 0)
