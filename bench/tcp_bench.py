@@ -175,12 +175,12 @@ def table(rows):
     def find(path, offloads, streams):
         return next((r for r in rows if (r["path"], r["offloads"], r["streams"]) ==
                      (path, offloads, streams)), None)
-    lines = ["%-16s %-9s %8s %12s %10s %14s" % ("path", "offloads", "streams", "Mbit/s",
+    lines = ["%-18s %-9s %8s %12s %10s %14s" % ("path", "offloads", "streams", "Mbit/s",
                                                  "on/off", "vs native")]
     for r in rows:
         other = find(r["path"], "off" if r["offloads"] == "on" else "on", r["streams"])
         nat = find("native", r["offloads"], r["streams"])
-        lines.append("%-16s %-9s %8d %12.1f %10s %14s" % (
+        lines.append("%-18s %-9s %8d %12.1f %10s %14s" % (
             r["path"], r["offloads"], r["streams"], r["throughput_mbps"],
             "%.2fx" % (r["throughput_mbps"] / other["throughput_mbps"])
             if r["offloads"] == "on" and other and other["throughput_mbps"] else "",
