@@ -41,7 +41,7 @@ Outcome SoftOffload::deliver(DeviceQueue& rq, SegmentArena& scratch, const NetHd
       out.csum_offset = h.csum_offset;
       return map(deliver_frame(rq, scratch, out, od.hdr_len, src, nsrc, len, od.mrg_rxbuf));
     }
-    if (len > virtio::kMaxFrameLen) return Outcome::kTooBig;
+    if (len > sizeof frame_) return Outcome::kTooBig;
     gather_copy(frame_, src, nsrc, 0, len);
     fill_csum(frame_, len, h.csum_start, h.csum_offset);
     const Segment s{frame_, len};
@@ -73,7 +73,10 @@ Outcome SoftOffload::pass_gso(DeviceQueue& rq, SegmentArena& scratch, const NetH
   out.hdr_len = static_cast<uint16_t>(p.hdrs);
   out.csum_start = static_cast<uint16_t>(p.l4off);
   out.csum_offset = 16;  // TCP checksum field
-  const Outcome o = map(deliver_frame(rq, scratch, out, od.hdr_len, src, nsrc, len, od.mrg_rxbuf));
+  // Only the IP packet travels: bytes past its end (a sender's chain may be far longer than
+  // 64 KiB) would otherwise reach the receiver unbounded by any length it can check.
+  const Outcome o =
+      map(deliver_frame(rq, scratch, out, od.hdr_len, src, nsrc, p.end, od.mrg_rxbuf));
   if (o == Outcome::kOk) oc.soft_add(Soft::kGsoPassed);
   return o;
 }
@@ -81,7 +84,7 @@ Outcome SoftOffload::pass_gso(DeviceQueue& rq, SegmentArena& scratch, const NetH
 Outcome SoftOffload::soft_gso(DeviceQueue& rq, SegmentArena& scratch, const NetHdr& h,
                               const Segment* src, uint32_t nsrc, uint32_t len,
                               const port::PortDp& od, PortCounters& oc) {
-  if (len > kMaxFrameLen) return Outcome::kTooBig;
+  if (len > sizeof frame_) return Outcome::kTooBig;
   gather_copy(frame_, src, nsrc, 0, len);
   GsoPlan p;
   if (!parse_gso(frame_, len, len, h, &p)) return Outcome::kBadGso;

@@ -557,5 +557,19 @@ TEST_F(OffloadDeliverTest, Item16SegmentsAboveTheReceiversMtuAreTooBig) {
   EXPECT_EQ(received().size(), 4u);
 }
 
+
+TEST_F(OffloadDeliverTest, Item17PassedTsoFrameEndsWhereItsIpPacketEnds) {
+  // A chain far longer than the IP packet it claims to carry: only the packet is delivered.
+  for (int i = 0; i < 64; ++i) rx->add_rx({2048});
+  const Built tso = build(FrameSpec{}, payload_of(4000), true);
+  Bytes f = tso.f;
+  f.resize(f.size() + 70000, 0x5a);
+  const uint64_t feats = bit(kNetFGuestCsum) | bit(kNetFGuestTso4);
+  ASSERT_EQ(deliver(f, tso_hdr(false, 1448, tso.l4), dp(feats)), Outcome::kOk);
+  const auto got = received();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].second, tso.f);
+}
+
 }  // namespace
 }  // namespace vl::offload
