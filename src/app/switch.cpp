@@ -296,6 +296,7 @@ control::Json Switch::ports_info() const {
       vrings.push_back({{"index", v},
                         {"role", v == vhost::kRxVring ? "guest-rx" : "guest-tx"},
                         {"size", r.num},
+                        {"layout", r.packed ? "packed" : "split"},
                         {"ready", r.ready},
                         {"why_not", r.ready ? "" : r.why_not},
                         {"kick", r.kick.valid() ? "eventfd" : (r.started ? "polling" : "none")},

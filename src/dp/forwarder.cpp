@@ -19,6 +19,23 @@ constexpr uint64_t bit(uint32_t i) { return uint64_t{1} << i; }
 Forwarder::Forwarder(SwitchTables* t, uint64_t (*clock)()) : t_(t), clock_(clock) {
   for (uint32_t i = 0; i < kPoolSlots; ++i) free_[i] = static_cast<uint16_t>(kPoolSlots - 1 - i);
   nfree_ = kPoolSlots;
+  for (uint32_t i = 0; i < port::kMaxPorts; ++i) src_old_[i] = src_young_[i] = kNoSlot;
+}
+
+uint16_t Forwarder::take_slot(uint32_t in, uint16_t head, uint16_t ring_descs) {
+  const uint16_t s = free_[--nfree_];
+  Slot& sl = pool_[s];
+  sl.head = head;
+  sl.ring_descs = ring_descs;
+  sl.src = static_cast<uint8_t>(in);
+  sl.next_src = kNoSlot;
+  sl.done = false;
+  if (src_young_[in] == kNoSlot) src_old_[in] = s;
+  else pool_[src_young_[in]].next_src = s;
+  src_young_[in] = s;
+  ++live_from_[in];
+  live_src_ |= bit(in);
+  return s;
 }
 
 void Forwarder::refresh_policies() {
@@ -57,69 +74,84 @@ uint32_t Forwarder::poll(uint32_t in) {
   port::VhostPort* p = t_->ports[in];
   if (!p->active()) return 0;
   const port::PortDp& d = p->dp();
-  DeviceQueue* q = d.txq;
-  if (!q || q->broken()) return 0;
-  const int pending = q->pending();
-  if (pending <= 0) [[likely]] {
-    if (pending < 0) {
-      counters_[in].drop(Drop::kRingBroken);
-      VL_LOG_RL(spdlog::level::err,
-                "port {}: transmit queue broken (avail index ran more than a queue ahead); stopped",
-                p->config().name);
-    }
+  // The ring layout is chosen once per burst: the loop is a template, no virtual call or
+  // layout test per packet.
+  if (d.txq) return poll_queue(in, d.txq);
+  if (d.txq_packed) return poll_queue(in, d.txq_packed);
+  return 0;
+}
+
+template <class Q>
+uint32_t Forwarder::poll_queue(uint32_t in, Q* q) {
+  port::VhostPort* p = t_->ports[in];
+  const port::PortDp& d = p->dp();
+  if (q->broken()) return 0;
+  PortCounters& c = counters_[in];
+  auto report_broken = [&] {
+    c.drop(Drop::kRingBroken);
+    VL_LOG_RL(spdlog::level::err,
+              "port {}: transmit queue broken (avail index more than a queue ahead, or a chain "
+              "over the whole ring); stopped",
+              p->config().name);
+  };
+  if (!q->has_avail()) [[likely]] {
+    if (q->broken()) report_broken();
     return 0;
   }
   refresh_policies();
-  const uint32_t n = std::min<uint32_t>(static_cast<uint32_t>(pending), t_->burst);
+  const uint32_t n = t_->burst;
   if (nfree_ < n) [[unlikely]] flush_all();  // every slot is queued: deliver them all
   const uint64_t now = clock_();
-  PortCounters& c = counters_[in];
   arena_.clear();
   uint32_t k = 0;
   uint32_t taken = 0;
   uint64_t bytes = 0;
-  for (; taken < n && arena_.has_room_for_chain(); ++taken) {
+  for (bool more = true; more && taken < n && arena_.has_room_for_chain() && q->has_avail();) {
     Chain ch;
-    switch (q->pop<false>(arena_, &ch)) {
+    switch (q->template pop<false>(arena_, &ch)) {
       case PopStatus::kOk: {
+        ++taken;
         TxFrame f;
+        Drop bad = Drop::kCount;
         if (!split_tx_chain(arena_, ch, d.hdr_len, &f)) [[unlikely]] {
-          c.drop(Drop::kBadHeader);
-          q->push_used(ch.head, 0);
+          bad = Drop::kBadHeader;
+        } else if (const auto v = offload::check_tx_header(&f.hdr, f.len, d.features);
+                   v != offload::TxCheck::kOk) [[unlikely]] {
+          bad = v == offload::TxCheck::kBadCsum ? Drop::kBadCsum : Drop::kBadGso;
+        }
+        const uint16_t s = take_slot(in, ch.head, ch.ring_descs);
+        if (bad != Drop::kCount) [[unlikely]] {
+          c.drop(bad);
+          complete(s);  // returned in turn, after the older chains (IN_ORDER)
           break;
         }
-        if (const auto v = offload::check_tx_header(&f.hdr, f.len, d.features);
-            v != offload::TxCheck::kOk) [[unlikely]] {
-          c.drop(v == offload::TxCheck::kBadCsum ? Drop::kBadCsum : Drop::kBadGso);
-          q->push_used(ch.head, 0);
-          break;
-        }
-        const uint16_t s = free_[--nfree_];
         Slot& sl = pool_[s];
         sl.segs = &arena_.segs[f.seg_begin];
         sl.nsegs = f.nsegs;
         sl.len = f.len;
         sl.t_ns = now;
-        sl.head = ch.head;
-        sl.src = static_cast<uint8_t>(in);
         sl.refs = 1;  // this burst's pin, released below
         sl.hdr = f.hdr;
         burst_[k++] = s;
         bytes += f.len;
         break;
       }
-      case PopStatus::kBadChain: c.drop(Drop::kBadDescriptor); break;
-      case PopStatus::kTooBig: c.drop(Drop::kTooBig); break;
-      default: break;
+      case PopStatus::kBadChain:
+        ++taken;
+        c.drop(Drop::kBadDescriptor);
+        break;
+      case PopStatus::kTooBig:
+        ++taken;
+        c.drop(Drop::kTooBig);
+        break;
+      case PopStatus::kEmpty:
+      case PopStatus::kBroken: more = false; break;
     }
   }
+  if (q->broken()) report_broken();
   PortCounters::add(c.rx_packets, taken);
   PortCounters::add(c.rx_bytes, bytes);
   senders_dirty_ |= bit(in);
-  if (k) {
-    live_from_[in] += k;
-    live_src_ |= bit(in);
-  }
 
   // Classify into the intermediate queues (immediate and full queues are delivered here).
   const uint32_t now_s = t_->now_s.load(std::memory_order_relaxed);
@@ -210,30 +242,48 @@ void Forwarder::release_paused() {
 }
 
 void Forwarder::complete(uint16_t s) {
-  const Slot& sl = pool_[s];
-  const uint32_t src = sl.src;
-  DeviceQueue* q = t_->ports[src]->dp().txq;  // unchanged while we hold its chains (pmd.h)
-  if (q) q->push_used(sl.head, 0);
+  pool_[s].done = true;
+  retire(pool_[s].src);
+}
+
+void Forwarder::retire(uint32_t src) {
+  // The sender's queue is unchanged while we hold its chains (pmd.h).
+  const port::PortDp& d = t_->ports[src]->dp();
+  uint16_t s = src_old_[src];
+  while (s != kNoSlot && pool_[s].done) {
+    const Slot& sl = pool_[s];
+    if (d.txq) d.txq->push_used(sl.head, 0);
+    else if (d.txq_packed) d.txq_packed->push_used(sl.head, 0, sl.ring_descs);
+    free_[nfree_++] = s;
+    --live_from_[src];
+    s = sl.next_src;
+  }
+  src_old_[src] = s;
+  if (s == kNoSlot) {
+    src_young_[src] = kNoSlot;
+    live_src_ &= ~bit(src);
+  }
   senders_dirty_ |= bit(src);
-  free_[nfree_++] = s;
-  if (--live_from_[src] == 0) live_src_ &= ~bit(src);
 }
 
 void Forwarder::publish_senders() {
   for (; senders_dirty_; senders_dirty_ &= senders_dirty_ - 1) {
-    DeviceQueue* q = t_->ports[std::countr_zero(senders_dirty_)]->dp().txq;
-    if (q) q->publish_used();
+    const port::PortDp& d = t_->ports[std::countr_zero(senders_dirty_)]->dp();
+    if (d.txq) d.txq->publish_used();
+    else if (d.txq_packed) d.txq_packed->publish_used();
   }
 }
 
 void Forwarder::flush_port(uint32_t o, uint64_t prev_check_ns) {
   Txq& tq = txq_[o];
   const uint32_t cnt = tq.n;
-  tq.n = 0;
-  held_ &= ~bit(o);
   port::VhostPort* op = t_->ports[o];
-  DeviceQueue* rq = op->active() ? op->dp().rxq : nullptr;
-  if (!rq || rq->broken()) {
+  const port::PortDp& od = op->dp();
+  const bool up = op->active() && (od.rxq ? !od.rxq->broken()
+                                          : od.rxq_packed && !od.rxq_packed->broken());
+  if (!up) {
+    tq.n = 0;
+    held_ &= ~bit(o);
     for (uint32_t j = 0; j < cnt; ++j) {
       const uint16_t s = tq.slot[j];
       counters_[pool_[s].src].drop(Drop::kNoDestination);
@@ -245,6 +295,18 @@ void Forwarder::flush_port(uint32_t o, uint64_t prev_check_ns) {
   if (prev_check_ns && now > prev_check_ns &&
       now - prev_check_ns > gap_max_ns_.load(std::memory_order_relaxed))
     gap_max_ns_.store(now - prev_check_ns, std::memory_order_relaxed);
+  // The receive ring's layout is chosen once per queue delivered.
+  if (od.rxq) deliver_queue(o, od.rxq, now);
+  else deliver_queue(o, od.rxq_packed, now);
+}
+
+template <class Q>
+void Forwarder::deliver_queue(uint32_t o, Q* rq, uint64_t now) {
+  Txq& tq = txq_[o];
+  const uint32_t cnt = tq.n;
+  tq.n = 0;
+  held_ &= ~bit(o);
+  port::VhostPort* op = t_->ports[o];
   const port::PortDp& od = op->dp();
   PortCounters& oc = counters_[o];
   QueueAgeStats& age = age_[o];

@@ -12,8 +12,14 @@
 // read are the virtio-net header and the 12 bytes of MAC addresses, into locals. A queued
 // frame is a slot holding pointers to the sender's buffers; the sender's descriptor chain
 // is returned (used ring) only when every queue it sits in has been delivered, so frames
-// held across bursts keep their chains in flight (the device may return them out of order:
-// VIRTIO_F_IN_ORDER is not offered).
+// held across bursts keep their chains in flight. Chains go back to each sender in the
+// order they were taken (VIRTIO_F_IN_ORDER, virtio 1.2 "In-order use of descriptors"): a slot
+// whose queues are done waits for the older slots of its sender (retire()). Only chains
+// a pop refuses as malformed are returned at once, ahead of older ones.
+//
+// Ring layouts: the burst loop and the delivery loop are templates over the queue type
+// (split virtio::DeviceQueue, packed virtio::PackedDeviceQueue), chosen once per burst or
+// per output queue: no virtual call and no layout test per packet.
 //
 // Threads: a Forwarder belongs to one PMD thread; nothing in it is shared (no locks), except
 // the counters and queue-age statistics the control thread reads (relaxed atomics).
@@ -108,9 +114,12 @@ class Forwarder {
     uint32_t nsegs;
     uint32_t len;
     uint64_t t_ns;   ///< when its burst was taken (start of its queue age)
-    uint16_t head;   ///< the sender's descriptor chain
+    uint16_t head;   ///< the sender's descriptor chain (split: head index; packed: buffer ID)
+    uint16_t ring_descs;  ///< packed: ring slots the chain took
+    uint16_t next_src;    ///< the sender's next younger slot, or kNoSlot (retire order)
     uint8_t src;     ///< the sender's port
     uint8_t refs;    ///< queues holding it, +1 while its burst is classified
+    bool done;       ///< every queue it sat in was delivered; waits for older slots
     virtio::NetHdr hdr;  ///< its virtio-net header (offloads), checked on arrival
     virtio::Segment inl[kInlineSegs];
   };
@@ -123,6 +132,15 @@ class Forwarder {
     uint64_t oldest_ns = 0;
   };
 
+  static constexpr uint16_t kNoSlot = 0xffff;
+  template <class Q>
+  uint32_t poll_queue(uint32_t in, Q* q);
+  template <class Q>
+  void deliver_queue(uint32_t o, Q* rq, uint64_t now);
+  /// Takes a free slot for a chain just popped from `in` (appended to its retire order).
+  uint16_t take_slot(uint32_t in, uint16_t head, uint16_t ring_descs);
+  /// Returns the sender's done chains, oldest first, up to its first slot still queued.
+  void retire(uint32_t src);
   void enqueue(uint32_t out, uint16_t s);
   void flood(uint32_t in, uint16_t s);
   void flush_port(uint32_t out, uint64_t check_ns);
@@ -150,6 +168,8 @@ class Forwarder {
   uint64_t must_flush_ = 0;       // outputs with a frame that cannot be held (too many segments)
   uint64_t senders_dirty_ = 0;    // ports whose transmit queue has unpublished used entries
   uint32_t live_from_[port::kMaxPorts] = {};  // slots in use per sender
+  uint16_t src_old_[port::kMaxPorts];         // per sender: oldest slot in use, or kNoSlot
+  uint16_t src_young_[port::kMaxPorts];       // per sender: youngest slot in use
   uint64_t live_src_ = 0;         // senders with slots in use
   FlushPolicy pol_[port::kMaxPorts];
   uint64_t pol_gen_ = ~0ull;

@@ -107,14 +107,14 @@ bool PmdThread::try_sleep() {
   for (uint32_t p : ports_) {
     port::VhostPort* vp = t_->ports[p];
     if (!vp->active()) continue;
-    virtio::DeviceQueue* q = vp->dp().txq;
-    if (!q || q->broken()) continue;
-    if (vp->dp().kickless) {  // nothing would wake us for this queue: keep polling
+    const port::PortDp& d = vp->dp();
+    if (!d.has_txq() || d.txq_broken()) continue;
+    if (d.kickless) {  // nothing would wake us for this queue: keep polling
       pending = true;
       continue;
     }
-    q->set_kicks(true);
-    if (q->pending() != 0) pending = true;
+    d.txq_set_kicks(true);
+    if (d.txq_pending() != 0) pending = true;
   }
   if (pending || stop_.load(std::memory_order_relaxed)) return false;
   sleeping_.store(true, std::memory_order_seq_cst);
@@ -166,7 +166,8 @@ void PmdThread::run() {
       if (kicks_on) {  // while polling, the driver need not kick (saves it a syscall a burst)
         for (uint32_t p : ports_) {
           port::VhostPort* vp = t_->ports[p];
-          if (vp->active() && vp->dp().txq && !vp->dp().txq->broken()) vp->dp().txq->set_kicks(false);
+          if (vp->active() && vp->dp().has_txq() && !vp->dp().txq_broken())
+            vp->dp().txq_set_kicks(false);
         }
         kicks_on = false;
       }

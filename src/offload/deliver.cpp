@@ -22,7 +22,8 @@ Outcome map(DeliverStatus s) {
 
 }  // namespace
 
-Outcome SoftOffload::deliver(DeviceQueue& rq, SegmentArena& scratch, const NetHdr& h,
+template <class Q>
+Outcome SoftOffload::deliver(Q& rq, SegmentArena& scratch, const NetHdr& h,
                              const Segment* src, uint32_t nsrc, uint32_t len,
                              const port::PortDp& od, PortCounters& oc) {
   const bool gso = h.gso_type != kNetHdrGsoNone;
@@ -56,7 +57,8 @@ Outcome SoftOffload::deliver(DeviceQueue& rq, SegmentArena& scratch, const NetHd
   return soft_gso(rq, scratch, h, src, nsrc, len, od, oc);
 }
 
-Outcome SoftOffload::pass_gso(DeviceQueue& rq, SegmentArena& scratch, const NetHdr& h,
+template <class Q>
+Outcome SoftOffload::pass_gso(Q& rq, SegmentArena& scratch, const NetHdr& h,
                               const Segment* src, uint32_t nsrc, uint32_t len,
                               const port::PortDp& od, PortCounters& oc) {
   // The receiver's kernel trusts what we tell it: check the headers the metadata describes
@@ -81,7 +83,8 @@ Outcome SoftOffload::pass_gso(DeviceQueue& rq, SegmentArena& scratch, const NetH
   return o;
 }
 
-Outcome SoftOffload::soft_gso(DeviceQueue& rq, SegmentArena& scratch, const NetHdr& h,
+template <class Q>
+Outcome SoftOffload::soft_gso(Q& rq, SegmentArena& scratch, const NetHdr& h,
                               const Segment* src, uint32_t nsrc, uint32_t len,
                               const port::PortDp& od, PortCounters& oc) {
   if (len > sizeof frame_) return Outcome::kTooBig;
@@ -113,5 +116,13 @@ Outcome SoftOffload::soft_gso(DeviceQueue& rq, SegmentArena& scratch, const NetH
   oc.soft_add(Soft::kGsoSegments, p.nsegs);
   return Outcome::kOk;
 }
+
+template Outcome SoftOffload::deliver<DeviceQueue>(DeviceQueue&, SegmentArena&, const NetHdr&,
+                                                   const Segment*, uint32_t, uint32_t,
+                                                   const port::PortDp&, PortCounters&);
+template Outcome SoftOffload::deliver<PackedDeviceQueue>(PackedDeviceQueue&, SegmentArena&,
+                                                         const NetHdr&, const Segment*, uint32_t,
+                                                         uint32_t, const port::PortDp&,
+                                                         PortCounters&);
 
 }  // namespace vl::offload

@@ -32,15 +32,19 @@ class SoftOffload {
   /// Delivers the frame of `len` bytes at `src` (`nsrc` segments, sender's memory) whose
   /// header `h` passed check_tx_header(), to the receive queue `rq` of port `od`. Counts
   /// software work and passed-through TSO frames in `oc` (the receiver's counters).
-  Outcome deliver(virtio::DeviceQueue& rq, virtio::SegmentArena& scratch, const virtio::NetHdr& h,
+  /// `Q`: virtio::DeviceQueue or PackedDeviceQueue (instantiated in deliver.cpp).
+  template <class Q>
+  Outcome deliver(Q& rq, virtio::SegmentArena& scratch, const virtio::NetHdr& h,
                   const virtio::Segment* src, uint32_t nsrc, uint32_t len, const port::PortDp& od,
                   port::PortCounters& oc);
 
  private:
-  Outcome pass_gso(virtio::DeviceQueue& rq, virtio::SegmentArena& scratch, const virtio::NetHdr& h,
+  template <class Q>
+  Outcome pass_gso(Q& rq, virtio::SegmentArena& scratch, const virtio::NetHdr& h,
                    const virtio::Segment* src, uint32_t nsrc, uint32_t len, const port::PortDp& od,
                    port::PortCounters& oc);
-  Outcome soft_gso(virtio::DeviceQueue& rq, virtio::SegmentArena& scratch, const virtio::NetHdr& h,
+  template <class Q>
+  Outcome soft_gso(Q& rq, virtio::SegmentArena& scratch, const virtio::NetHdr& h,
                    const virtio::Segment* src, uint32_t nsrc, uint32_t len, const port::PortDp& od,
                    port::PortCounters& oc);
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "virtio/device_queue.h"
+#include "virtio/packed_device_queue.h"
 
 namespace vl::port {
 
@@ -74,6 +75,10 @@ struct PortCounters {
 struct PortDp {
   virtio::DeviceQueue* rxq = nullptr;  ///< the guest's receive queue (we fill it), or null
   virtio::DeviceQueue* txq = nullptr;  ///< the guest's transmit queue (we drain it), or null
+  /// The same queues when the front-end negotiated VIRTIO_F_RING_PACKED (then rxq and txq
+  /// are null). The datapath picks the ring layout once per burst, not per packet.
+  virtio::PackedDeviceQueue* rxq_packed = nullptr;
+  virtio::PackedDeviceQueue* txq_packed = nullptr;
   uint32_t hdr_len = 12;               ///< virtio-net header bytes on this port
   bool mrg_rxbuf = false;              ///< mergeable receive buffers negotiated
   uint64_t features = 0;               ///< negotiated virtio features (offloads: offload/)
@@ -81,6 +86,18 @@ struct PortDp {
   /// The transmit queue has no kick fd (SET_VRING_KICK with the no-fd flag: the front-end
   /// never kicks, vhost-user.rst), so a PMD thread serving it must poll, never sleep.
   bool kickless = false;
+
+  bool has_txq() const { return txq || txq_packed; }
+  bool has_rxq() const { return rxq || rxq_packed; }
+  /// The transmit queue stopped (a hostile or broken driver).
+  bool txq_broken() const { return txq ? txq->broken() : txq_packed && txq_packed->broken(); }
+  /// Asks the driver to kick (or not) on its transmit queue (not per packet: per pass).
+  void txq_set_kicks(bool on) const {
+    if (txq) txq->set_kicks(on);
+    else if (txq_packed) txq_packed->set_kicks(on);
+  }
+  /// New chains on the transmit queue (split: how many; packed: 1 if any), -1 if broken.
+  int txq_pending() const { return txq ? txq->pending() : txq_packed ? txq_packed->pending() : 0; }
 };
 
 /// Waits until no PMD thread is inside a port's datapath (an RCU-style grace period).

@@ -118,8 +118,8 @@ bool VhostPort::on_tick() {
     drop_connection("guest memory truncated");
     return true;
   }
-  if (backend_.connected() && (backend_.vring(vhost::kRxVring).q.call_blocked() ||
-                               backend_.vring(vhost::kTxVring).q.call_blocked())) {
+  if (backend_.connected() && (backend_.vring(vhost::kRxVring).call_blocked() ||
+                               backend_.vring(vhost::kTxVring).call_blocked())) {
     // The front-end made its call fd block a PMD thread (every port on that thread stalled
     // until the watchdog interrupted it, dp/pmd.h). Only a hostile front-end can do that, and
     // it could do it again at once, so the port also refuses connections for a while.
@@ -178,19 +178,23 @@ void VhostPort::resume_datapath() {
   const vhost::Vring& rx = backend_.vring(vhost::kRxVring);
   const vhost::Vring& tx = backend_.vring(vhost::kTxVring);
   PortDp d;
-  d.rxq = rx.ready ? const_cast<DeviceQueue*>(&rx.q) : nullptr;
-  d.txq = tx.ready ? const_cast<DeviceQueue*>(&tx.q) : nullptr;
+  auto& rxv = const_cast<vhost::Vring&>(rx);
+  auto& txv = const_cast<vhost::Vring&>(tx);
+  d.rxq = rx.ready && !rx.packed ? &rxv.q : nullptr;
+  d.txq = tx.ready && !tx.packed ? &txv.q : nullptr;
+  d.rxq_packed = rx.ready && rx.packed ? &rxv.pq : nullptr;
+  d.txq_packed = tx.ready && tx.packed ? &txv.pq : nullptr;
   d.hdr_len = net_hdr_len(backend_.features());
   d.mrg_rxbuf = has(backend_.features(), kNetFMrgRxbuf);
   d.features = backend_.features();
   uint32_t mtu = backend_.mtu();
   if (cfg_.mtu && (!mtu || cfg_.mtu < mtu)) mtu = cfg_.mtu;
   d.max_frame = mtu ? mtu + kEthHdrLen + 4 /* one VLAN tag */ : kMaxFrameLen;
-  d.kickless = d.txq && !tx.kick.valid();
+  d.kickless = d.has_txq() && !tx.kick.valid();
   dp_ = d;
   kick_fd_ = tx.ready ? tx.kick.get() : -1;
   if (kick_fd_ >= 0) quiescer_->set_kick_fd(id_, -1, kick_fd_);
-  active_.store(d.rxq || d.txq, std::memory_order_seq_cst);
+  active_.store(d.has_rxq() || d.has_txq(), std::memory_order_seq_cst);
   quiescer_->ports_changed();
 }
 

@@ -69,7 +69,7 @@ BackendOptions BackendOptions::defaults() {
   BackendOptions o;
   o.features = bit(kFVersion1) | bit(kNetFMrgRxbuf) | bit(kRingFEventIdx) |
                bit(kRingFIndirectDesc) | bit(kNetFMtu) | bit(kFProtocolFeatures) |
-               kOffloadFeatures;
+               kOffloadFeatures | bit(kFRingPacked) | bit(kFInOrder);
   o.protocol_features = bit(kProtoMq) | bit(kProtoReplyAck) | bit(kProtoMtu) | bit(kProtoRarp);
   o.queue_pairs = 1;
   return o;
@@ -209,7 +209,7 @@ bool Backend::h_set_mem_table(Message& m, Reply& r) {
   if (!mem->build(regions, fds, n, &err)) return fail(r, err);  // old table kept
   host_->pause_datapath();
   mem_ = std::move(mem);  // the old table is unmapped here, with no thread using it
-  for (Vring& v : vrings_) v.q.detach();
+  for (Vring& v : vrings_) v.detach();
   refresh();
   host_->resume_datapath();
   spdlog::info("vhost-user: memory table with {} regions, {} MiB mapped", n,
@@ -222,11 +222,14 @@ bool Backend::h_set_vring_num(Message& m, Reply& r) {
   m.get(&s);
   uint32_t i;
   if (!vring_index(s.index, &i, r)) return false;
-  if (s.num == 0 || s.num > kMaxQueueSize || (s.num & (s.num - 1)))
-    return fail(r, fmt::format("queue size {} (a power of two up to {} needed)", s.num, kMaxQueueSize));
+  // virtio 1.2 §2.7: a split ring's size is a power of two; §2.8: a packed ring's need not be.
+  const bool packed = has(features_, kFRingPacked);
+  if (s.num == 0 || s.num > kMaxQueueSize || (!packed && (s.num & (s.num - 1))))
+    return fail(r, fmt::format("queue size {} ({} up to {} needed)", s.num,
+                               packed ? "a size" : "a power of two", kMaxQueueSize));
   host_->pause_datapath();
   vrings_[i].num = s.num;
-  vrings_[i].q.detach();
+  vrings_[i].detach();
   refresh();
   host_->resume_datapath();
   return true;
@@ -241,7 +244,7 @@ bool Backend::h_set_vring_addr(Message& m, Reply& r) {
   host_->pause_datapath();
   vrings_[i].addr = a;
   vrings_[i].addr_set = true;
-  vrings_[i].q.detach();
+  vrings_[i].detach();
   refresh();
   host_->resume_datapath();
   return true;
@@ -252,10 +255,16 @@ bool Backend::h_set_vring_base(Message& m, Reply& r) {
   m.get(&s);
   uint32_t i;
   if (!vring_index(s.index, &i, r)) return false;
-  if (s.num > 0xffff) return fail(r, fmt::format("split ring base {:#x} over 16 bits", s.num));
+  // vhost-user.rst "Vring descriptor indices": split rings use 16 bits; packed rings bits
+  // 0-14 (avail slot) and 15 (avail wrap counter), the used side in bits 16-31 (ignored:
+  // nothing is in flight when a ring starts). The slot is checked against the size when the
+  // ring starts (refresh), since SET_VRING_NUM may come later.
+  if (!has(features_, kFRingPacked) && s.num > 0xffff)
+    return fail(r, fmt::format("split ring base {:#x} over 16 bits", s.num));
   host_->pause_datapath();
-  vrings_[i].base = static_cast<uint16_t>(s.num);
-  vrings_[i].q.detach();
+  vrings_[i].base = s.num;
+  vrings_[i].base_set = true;
+  vrings_[i].detach();
   refresh();
   host_->resume_datapath();
   return true;
@@ -268,10 +277,13 @@ bool Backend::h_get_vring_base(Message& m, Reply& r) {
   if (!vring_index(s.index, &i, r)) return false;
   host_->pause_datapath();
   Vring& v = vrings_[i];
-  if (v.q.attached()) v.base = v.q.last_avail();
+  if (v.attached()) {
+    v.base = v.packed ? v.pq.vring_base() : v.q.last_avail();
+    v.base_set = true;
+  }
   v.started = false;  // vhost-user.rst GET_VRING_BASE: stops the ring
   v.kick.reset();
-  v.q.detach();
+  v.detach();
   refresh();
   host_->resume_datapath();
   r.set_state(VringState{i, v.base});
@@ -300,7 +312,7 @@ bool Backend::h_set_vring_fd(Message& m, Reply& r) {
     case Req::kSetVringKick:
       vr.kick = std::move(fd);
       vr.started = true;  // vhost-user.rst: the ring starts on SET_VRING_KICK
-      vr.q.detach();
+      vr.detach();
       break;
     case Req::kSetVringCall: vr.call = std::move(fd); break;
     default: vr.err = std::move(fd); break;
@@ -356,48 +368,88 @@ void Backend::refresh() {
     else if (!v.started) v.why_not = "not started";
     else if (!(v.enabled || enabled_by_default)) v.why_not = "disabled";
     else if (!features_set_) v.why_not = "features not set";
-    else if (v.q.attached() && v.q.broken()) v.why_not = "ring broken";
+    else if (v.attached() && v.broken()) v.why_not = "ring broken";
     else v.ready = true;
     if (!v.ready) {
-      if (v.why_not != "ring broken") v.q.detach();
+      if (v.why_not != "ring broken") v.detach();
       continue;
     }
-    if (!v.q.attached()) {
-      const uint32_t num = v.num;
-      auto* desc = mem_->uva_to_host(v.addr.desc_user_addr, desc_table_bytes(num));
-      auto* avail = mem_->uva_to_host(v.addr.avail_user_addr, avail_ring_bytes(num));
-      auto* used = mem_->uva_to_host(v.addr.used_user_addr, used_ring_bytes(num));
-      const bool aligned = !(reinterpret_cast<uintptr_t>(desc) & 15) &&
-                           !(reinterpret_cast<uintptr_t>(avail) & 1) &&
-                           !(reinterpret_cast<uintptr_t>(used) & 3);
-      if (!desc || !avail || !used || !aligned) {
-        // hostile-inputs.md item 9: the ring does not start.
-        v.ready = false;
-        v.why_not = "ring address not in guest memory";
-        VL_LOG_RL(spdlog::level::warn, "vhost-user: vring {} addresses do not translate", i);
-        continue;
-      }
-      auto* u = reinterpret_cast<VringUsed*>(used);
-      const uint16_t used_idx = __atomic_load_n(&u->idx, __ATOMIC_ACQUIRE);
-      uint16_t base = v.base;
-      if (base != used_idx) {
-        // Nothing is in flight when a ring stops, so the used index is where we left off
-        // (the same recovery DPDK's vhost library uses after a reconnect).
-        VL_LOG_RL(spdlog::level::info, "vhost-user: vring {} base {} != used index {}; resuming at {}",
-                  i, base, used_idx, used_idx);
-        base = used_idx;
-      }
-      v.q.attach(mem_.get(), num, reinterpret_cast<VringDesc*>(desc),
-                 reinterpret_cast<VringAvail*>(avail), u, base, features_);
+    const bool packed = has(features_, kFRingPacked);
+    if (v.attached() && v.packed != packed) v.detach();
+    v.packed = packed;
+    if (!v.attached() && !(packed ? attach_packed(i) : attach_split(i))) {
+      v.ready = false;
+      continue;
     }
-    v.q.set_call_fd(v.call.get());
+    if (packed) v.pq.set_call_fd(v.call.get());
+    else v.q.set_call_fd(v.call.get());
     v.why_not.clear();
   }
 }
 
+bool Backend::attach_split(uint32_t i) {
+  Vring& v = vrings_[i];
+  const uint32_t num = v.num;
+  auto* desc = mem_->uva_to_host(v.addr.desc_user_addr, desc_table_bytes(num));
+  auto* avail = mem_->uva_to_host(v.addr.avail_user_addr, avail_ring_bytes(num));
+  auto* used = mem_->uva_to_host(v.addr.used_user_addr, used_ring_bytes(num));
+  const bool aligned = !(reinterpret_cast<uintptr_t>(desc) & 15) &&
+                       !(reinterpret_cast<uintptr_t>(avail) & 1) &&
+                       !(reinterpret_cast<uintptr_t>(used) & 3);
+  if (!desc || !avail || !used || !aligned) {
+    // hostile-inputs.md item 9: the ring does not start.
+    v.why_not = "ring address not in guest memory";
+    VL_LOG_RL(spdlog::level::warn, "vhost-user: vring {} addresses do not translate", i);
+    return false;
+  }
+  auto* u = reinterpret_cast<VringUsed*>(used);
+  const uint16_t used_idx = __atomic_load_n(&u->idx, __ATOMIC_ACQUIRE);
+  uint16_t base = static_cast<uint16_t>(v.base);
+  if (base != used_idx) {
+    // Nothing is in flight when a ring stops, so the used index is where we left off
+    // (the same recovery DPDK's vhost library uses after a reconnect).
+    VL_LOG_RL(spdlog::level::info, "vhost-user: vring {} base {} != used index {}; resuming at {}",
+              i, base, used_idx, used_idx);
+    base = used_idx;
+  }
+  v.q.attach(mem_.get(), num, reinterpret_cast<VringDesc*>(desc),
+             reinterpret_cast<VringAvail*>(avail), u, base, features_);
+  return true;
+}
+
+bool Backend::attach_packed(uint32_t i) {
+  // vhost-user.rst SET_VRING_ADDR for packed rings: the descriptor ring, the driver event
+  // suppression area (in avail_user_addr) and the device's (in used_user_addr).
+  Vring& v = vrings_[i];
+  const uint32_t num = v.num;
+  auto* ring = mem_->uva_to_host(v.addr.desc_user_addr, packed_ring_bytes(num));
+  auto* drv = mem_->uva_to_host(v.addr.avail_user_addr, kPackedEventBytes);
+  auto* dev = mem_->uva_to_host(v.addr.used_user_addr, kPackedEventBytes);
+  const bool aligned = !(reinterpret_cast<uintptr_t>(ring) & 15) &&
+                       !(reinterpret_cast<uintptr_t>(drv) & 3) &&
+                       !(reinterpret_cast<uintptr_t>(dev) & 3);
+  if (!ring || !drv || !dev || !aligned) {
+    v.why_not = "ring address not in guest memory";
+    VL_LOG_RL(spdlog::level::warn, "vhost-user: packed vring {} addresses do not translate", i);
+    return false;
+  }
+  // A ring that never had SET_VRING_BASE starts at slot 0 with both wrap counters at 1.
+  const uint32_t base = v.base_set ? v.base : kPackedInitialBase;
+  if (!PackedDeviceQueue::packed_base_valid(base, num)) {
+    v.why_not = "ring base outside the ring";
+    VL_LOG_RL(spdlog::level::warn, "vhost-user: packed vring {} base {:#x} outside a ring of {}",
+              i, base, num);
+    return false;
+  }
+  v.pq.attach(mem_.get(), num, reinterpret_cast<PackedDesc*>(ring),
+              reinterpret_cast<PackedEvent*>(drv), reinterpret_cast<PackedEvent*>(dev), base,
+              features_);
+  return true;
+}
+
 void Backend::reset_device() {
   for (Vring& v : vrings_) {
-    v.q.detach();
+    v.detach();
     v = Vring{};
     v.why_not = "not connected";
   }

@@ -20,6 +20,7 @@
 #include "vhost/channel.h"
 #include "vhost/protocol.h"
 #include "virtio/device_queue.h"
+#include "virtio/packed_device_queue.h"
 #include "virtio/guest_memory.h"
 
 namespace vl::vhost {
@@ -41,16 +42,29 @@ inline constexpr uint32_t kNumVrings = 2;
 
 /// One vring's control state plus the datapath queue.
 struct Vring {
-  virtio::DeviceQueue q;
+  virtio::DeviceQueue q;         ///< the queue when the ring is split
+  virtio::PackedDeviceQueue pq;  ///< the queue when VIRTIO_F_RING_PACKED was negotiated
+  bool packed = false;           ///< which of the two is attached (set by refresh)
   uint32_t num = 0;  ///< SET_VRING_NUM; 0 until set
   VringAddr addr{};
   bool addr_set = false;
-  uint16_t base = 0;  ///< SET_VRING_BASE
+  /// SET_VRING_BASE: split, the next avail index (16 bits); packed, the slot and wrap
+  /// counters (virtio::PackedRingState).
+  uint32_t base = 0;
+  bool base_set = false;  ///< SET_VRING_BASE (or GET_VRING_BASE) since the connection began
   UniqueFd kick, call, err;
   bool started = false;  ///< a SET_VRING_KICK arrived (fd or polling) and no GET_VRING_BASE since
   bool enabled = false;  ///< SET_VRING_ENABLE state
   bool ready = false;    ///< the datapath may use q (computed by refresh)
   std::string why_not = "not connected";  ///< why the ring is not ready, for `ctl ports`
+
+  bool attached() const { return packed ? pq.attached() : q.attached(); }
+  bool broken() const { return packed ? pq.broken() : q.broken(); }
+  bool call_blocked() const { return q.call_blocked() || pq.call_blocked(); }
+  void detach() {
+    q.detach();
+    pq.detach();
+  }
 };
 
 /// Offload features a back-end offers unless told not to (virtio 1.2 §5.1.3): CSUM,
@@ -68,8 +82,8 @@ struct BackendOptions {
   uint64_t features = 0;            ///< virtio feature bits offered on GET_FEATURES
   uint64_t protocol_features = 0;   ///< offered on GET_PROTOCOL_FEATURES
   uint32_t queue_pairs = 1;         ///< GET_QUEUE_NUM
-  /// The default offer: VERSION_1, MRG_RXBUF, EVENT_IDX, INDIRECT_DESC, MTU,
-  /// PROTOCOL_FEATURES and kOffloadFeatures; protocol MQ, REPLY_ACK, MTU, RARP.
+  /// The default offer: VERSION_1, MRG_RXBUF, EVENT_IDX, INDIRECT_DESC, RING_PACKED,
+  /// IN_ORDER, MTU, PROTOCOL_FEATURES and kOffloadFeatures; protocol MQ, REPLY_ACK, MTU, RARP.
   static BackendOptions defaults();
 };
 
@@ -146,6 +160,9 @@ class Backend {
   /// Recomputes every vring's readiness and re-binds DeviceQueues (datapath paused).
   void refresh();
   void reset_device();
+  /// Binds vring i's queue to its ring memory; false (why_not set) if the ring cannot start.
+  bool attach_split(uint32_t i);
+  bool attach_packed(uint32_t i);
 
   DeviceHost* host_;
   BackendOptions opts_;

@@ -48,7 +48,8 @@ struct SegmentArena {
 
 /// One popped descriptor chain.
 struct Chain {
-  uint16_t head;       ///< descriptor index to return in the used ring
+  uint16_t head;       ///< split: head descriptor index; packed: buffer ID (what to return)
+  uint16_t ring_descs = 1;  ///< packed: ring slots the chain took (pass to push_used)
   uint32_t seg_begin;  ///< first segment in the arena
   uint32_t nsegs;      ///< number of segments
   uint32_t len;        ///< total bytes of its buffers
@@ -137,6 +138,22 @@ class DeviceQueue {
     last_used_ = static_cast<uint16_t>(last_used_ - used_n);
   }
 
+  /// A point to come back to with restore() (the same interface as PackedDeviceQueue).
+  struct Mark {
+    uint16_t avail;
+    uint16_t used;
+  };
+  Mark mark() const { return Mark{last_avail_, last_used_}; }
+  /// Un-pops the chains popped since `m` and un-writes the unpublished used entries
+  /// pushed since (a receive frame that did not fit).
+  void restore(const Mark& m) {
+    last_avail_ = m.avail;
+    last_used_ = m.used;
+  }
+
+  /// Writes one used element (not yet visible to the driver). `ring_descs` is for the
+  /// packed interface and unused here.
+  void push_used(uint16_t head, uint32_t len, uint16_t /*ring_descs*/) { push_used(head, len); }
   /// Writes one used element (not yet visible to the driver).
   void push_used(uint16_t head, uint32_t len) {
     VringUsedElem* e = &used_->ring[last_used_ & mask_];

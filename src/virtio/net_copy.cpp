@@ -107,15 +107,17 @@ void write_u16_at(const Segment* dst, uint32_t ndst, uint32_t off, uint16_t v) {
 
 }  // namespace
 
-DeliverStatus deliver_frame(DeviceQueue& q, SegmentArena& scratch, NetHdr hdr, uint32_t hdr_len,
+template <class Q>
+DeliverStatus deliver_frame(Q& q, SegmentArena& scratch, NetHdr hdr, uint32_t hdr_len,
                             const Segment* src, uint32_t nsrc, uint32_t frame_len,
                             bool mergeable) {
   scratch.clear();
   const uint64_t total = uint64_t{hdr_len} + frame_len;
   if (!q.has_avail()) return q.broken() ? DeliverStatus::kBadRing : DeliverStatus::kNoBuffer;
 
+  const auto start = q.mark();
   Chain first;
-  PopStatus st = q.pop<true>(scratch, &first);
+  PopStatus st = q.template pop<true>(scratch, &first);
   if (st != PopStatus::kOk) [[unlikely]] {
     // A malformed receive chain (or one too fragmented to use) is a driver bug or an attack:
     // stop this queue rather than guess which buffers are usable.
@@ -126,7 +128,7 @@ DeliverStatus deliver_frame(DeviceQueue& q, SegmentArena& scratch, NetHdr hdr, u
   uint32_t frame_left = frame_len;
   if (first.len >= total || !mergeable) {
     if (first.len < total) {
-      q.rewind(1, 0);
+      q.restore(start);
       return DeliverStatus::kTooBig;
     }
     hdr.num_buffers = 1;
@@ -136,14 +138,14 @@ DeliverStatus deliver_frame(DeviceQueue& q, SegmentArena& scratch, NetHdr hdr, u
       if (hdr_len == sizeof(NetHdr)) std::memcpy(d0.ptr, &hdr, sizeof(NetHdr));
       else std::memcpy(d0.ptr, &hdr, hdr_len);
       std::memcpy(d0.ptr + hdr_len, src[0].ptr, frame_len);
-      q.push_used(first.head, static_cast<uint32_t>(total));
+      q.push_used(first.head, static_cast<uint32_t>(total), first.ring_descs);
       return DeliverStatus::kOk;
     }
     uint32_t hdr_left = hdr_len;
     const uint32_t w = fill_chain(&scratch.segs[first.seg_begin], first.nsegs,
                                   reinterpret_cast<const uint8_t*>(&hdr), &hdr_left, frame,
                                   &frame_left);
-    q.push_used(first.head, w);
+    q.push_used(first.head, w, first.ring_descs);
     return DeliverStatus::kOk;
   }
 
@@ -168,17 +170,17 @@ DeliverStatus deliver_frame(DeviceQueue& q, SegmentArena& scratch, NetHdr hdr, u
     const uint32_t w = fill_chain(&scratch.segs[c.seg_begin], c.nsegs,
                                   hdr_bytes + (hdr_len - before_hdr), &hdr_left, frame,
                                   &frame_left);
-    q.push_used(c.head, w);
+    q.push_used(c.head, w, c.ring_descs);
     ++nbufs;
     if (!hdr_left && !frame_left) break;
     // Nothing is published while a frame is spread, so a driver cannot legitimately offer
     // more than a queue's worth of buffers for it (and num_buffers has 16 bits).
     if (nbufs >= q.size() || !q.has_avail()) {
-      q.rewind(nbufs, nbufs);
+      q.restore(start);
       return q.broken() ? DeliverStatus::kBadRing : DeliverStatus::kNoBuffer;
     }
     if (!scratch.has_room_for_chain()) scratch.used = first.seg_begin + first.nsegs;
-    st = q.pop<true>(scratch, &c);
+    st = q.template pop<true>(scratch, &c);
     if (st != PopStatus::kOk) [[unlikely]] {
       q.mark_broken();
       return DeliverStatus::kBadRing;
@@ -192,5 +194,11 @@ DeliverStatus deliver_frame(DeviceQueue& q, SegmentArena& scratch, NetHdr hdr, u
   if (hdr_len >= 12) write_u16_at(&scratch.segs[first.seg_begin], first.nsegs, 10, nbufs);
   return DeliverStatus::kOk;
 }
+
+template DeliverStatus deliver_frame<DeviceQueue>(DeviceQueue&, SegmentArena&, NetHdr, uint32_t,
+                                                 const Segment*, uint32_t, uint32_t, bool);
+template DeliverStatus deliver_frame<PackedDeviceQueue>(PackedDeviceQueue&, SegmentArena&, NetHdr,
+                                                       uint32_t, const Segment*, uint32_t,
+                                                       uint32_t, bool);
 
 }  // namespace vl::virtio

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "virtio/device_queue.h"
+#include "virtio/packed_device_queue.h"
 
 namespace vl::virtio {
 
@@ -38,8 +39,10 @@ enum class DeliverStatus : uint8_t {
 /// Writes `hdr` (hdr_len bytes; num_buffers filled in here) and the frame `src` of
 /// `frame_len` bytes into the receive queue `q`. Used entries are pushed, not published.
 /// `scratch` is cleared and used for the receive chains' segments. On any failure the
-/// queue is left as it was, except for kBadRing.
-DeliverStatus deliver_frame(DeviceQueue& q, SegmentArena& scratch, NetHdr hdr, uint32_t hdr_len,
+/// queue is left as it was, except for kBadRing. `Q` is DeviceQueue (split ring) or
+/// PackedDeviceQueue (packed ring); both are instantiated in net_copy.cpp.
+template <class Q>
+DeliverStatus deliver_frame(Q& q, SegmentArena& scratch, NetHdr hdr, uint32_t hdr_len,
                             const Segment* src, uint32_t nsrc, uint32_t frame_len,
                             bool mergeable);
 

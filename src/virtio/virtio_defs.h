@@ -100,6 +100,36 @@ constexpr bool need_event(uint16_t event_idx, uint16_t new_idx, uint16_t old_idx
   return static_cast<uint16_t>(new_idx - event_idx - 1) < static_cast<uint16_t>(new_idx - old_idx);
 }
 
+// ---- Packed virtqueue layout (virtio 1.2 §2.8) ----
+inline constexpr uint16_t kPackedDescFAvail = 1 << 7;  ///< VIRTQ_DESC_F_AVAIL
+inline constexpr uint16_t kPackedDescFUsed = 1 << 15;  ///< VIRTQ_DESC_F_USED
+/// Event suppression flags (virtio 1.2 §2.8.10): RING_EVENT_FLAGS_*.
+inline constexpr uint16_t kRingEventFlagsEnable = 0;
+inline constexpr uint16_t kRingEventFlagsDisable = 1;
+inline constexpr uint16_t kRingEventFlagsDesc = 2;  ///< only with EVENT_IDX
+
+/// One packed-ring descriptor: 16 bytes, 16-byte aligned ring (virtio 1.2 §2.8.13). The
+/// same layout is used in indirect tables, where only kDescFWrite is meaningful.
+struct PackedDesc {
+  uint64_t addr;   ///< guest-physical address of the buffer
+  uint32_t len;    ///< bytes (the device writes the bytes it wrote, in used descriptors)
+  uint16_t id;     ///< buffer ID: chosen by the driver, echoed back by the device
+  uint16_t flags;  ///< kDescF* plus kPackedDescFAvail / kPackedDescFUsed
+};
+static_assert(sizeof(PackedDesc) == 16);
+
+/// An event suppression structure (virtio 1.2 §2.8.10): the driver's (read by the device:
+/// may the device notify?) and the device's (read by the driver: may the driver kick?).
+struct PackedEvent {
+  uint16_t off_wrap;  ///< bits 0-14 descriptor ring offset, bit 15 wrap counter
+  uint16_t flags;     ///< kRingEventFlags*
+};
+static_assert(sizeof(PackedEvent) == 4);
+
+/// Bytes of a packed ring of `num` descriptors, and of an event suppression structure.
+constexpr uint64_t packed_ring_bytes(uint32_t num) { return 16ull * num; }
+inline constexpr uint64_t kPackedEventBytes = 4;
+
 // ---- Network device (virtio 1.2 §5.1.6) ----
 inline constexpr uint8_t kNetHdrFNeedsCsum = 1;
 inline constexpr uint8_t kNetHdrFDataValid = 2;

@@ -4,7 +4,7 @@
   *   64 B  single-segment frames, default port settings;
   * 1518 B  single-segment frames, port MTU 1500 (the largest frame at MTU 1500: 1500 +
             Ethernet header + one VLAN tag, without FCS);
-  * 9000 B  jumbo frames, port MTU 9000 (TOML [[port]] mtu), sent by testpmd as a chain of
+  * 9000 B  jumbo frames (split and packed rings), port MTU 9000 (TOML [[port]] mtu), sent by testpmd as a chain of
             5 mbufs (2048 x 4 + 808) and received over mergeable receive buffers (2 KiB
             mbufs: each frame spans 5 receive buffers). The receiving testpmd runs with
             --max-pkt-len=9018 --enable-scatter, as a jumbo-capable DPDK application would.
@@ -34,11 +34,12 @@ def toml_two_ports(tb, mtu=None, forward="xconnect", extra_b=""):
 
 class FrameSizes(unittest.TestCase):
 
-    def run_size(self, size, tx_args, rx_args=(), mtu=None, min_delivered=1000):
+    def run_size(self, size, tx_args, rx_args=(), mtu=None, min_delivered=1000, vdev_kw=None):
         with vltest.Testbed(self) as tb:
             tb.start_switch(ports=[], forward=None, config=toml_two_ports(tb, mtu))
             st, txres, rxres, _ = vltest.one_way(tb, tx_args=tx_args, rx_args=rx_args,
-                                                 min_delivered=min_delivered)
+                                                 min_delivered=min_delivered,
+                                                 rx_vdev_kw=vdev_kw, tx_vdev_kw=vdev_kw)
             a, b = st["a"], st["b"]
             vltest.log("%d B: switch %s" % (size, vltest.fmt_stats(st)))
             vltest.log("%d B: testpmd-rx fwd %s nic %s" % (size, rxres["fwd"][0],
@@ -73,6 +74,17 @@ class FrameSizes(unittest.TestCase):
                                        "--enable-scatter"],
                               mtu=9000, min_delivered=200)
         self.assertIn("MRG_RXBUF", st["b"]["feature_names"])
+
+    def test_9000_jumbo_mergeable_packed(self):
+        """The same over packed virtqueues (virtio 1.2 §2.8): chained TX descriptors and
+        receive frames spread over 5 mergeable buffers, each returned as a used descriptor."""
+        st, _ = self.run_size(9000, ["--mbuf-size=2048", "--txpkts=2048,2048,2048,2048,808"],
+                              rx_args=["--mbuf-size=2048", "--max-pkt-len=9018",
+                                       "--enable-scatter"],
+                              mtu=9000, min_delivered=200, vdev_kw={"packed_vq": 1})
+        for p in ("a", "b"):
+            self.assertIn("MRG_RXBUF", st[p]["feature_names"])
+            self.assertIn("RING_PACKED", st[p]["feature_names"])
 
 
 if __name__ == "__main__":

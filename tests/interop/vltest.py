@@ -439,7 +439,7 @@ class Testbed:
 
     def start_testpmd(self, name, vdevs, fwd, args=(), mem_mb=1024, nb_mbufs=16384,
                       lcores="0,1", main_lcore=1, tx_first=False, interactive=True,
-                      stats_period=None,
+                      stats_period=None, eal_args=(),
                       plugins=("librte_net_virtio.so", "librte_mempool_ring.so")):
         """Starts testpmd with the given virtio-user vdevs; forwarding starts at once.
 
@@ -454,7 +454,7 @@ class Testbed:
         --stats-period seconds are not reliable: under CPU contention whole periods were
         seen to be skipped).
         `plugins`: the DPDK PMD plugins to load from PMD_DIR (net_vhost vdevs need
-        "librte_net_vhost.so").
+        "librte_net_vhost.so"). `eal_args`: more EAL options (before "--").
         Returns its Proc; stop it with stop_testpmd() to get the parsed statistics.
         """
         prefix = "vlt%d%s" % (os.getpid(), name)
@@ -465,6 +465,7 @@ class Testbed:
             argv += ["-d", os.path.join(PMD_DIR, plugin)]
         for v in vdevs:
             argv += ["--vdev", v]
+        argv += list(eal_args)
         argv += ["--", "--no-mlockall", "--total-num-mbufs=%d" % nb_mbufs,
                  "--forward-mode=%s" % fwd]
         if interactive:

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fake_driver.h"
+#include "fake_packed_driver.h"
 #include "vhost_peer.h"
 
 namespace vl::vhost {
@@ -42,6 +43,8 @@ constexpr uint32_t kNum = 256;
 constexpr uint32_t kAck = kVersion | kFlagNeedReply;
 const uint64_t kOffered = BackendOptions::defaults().features;
 const uint64_t kOfferedProto = BackendOptions::defaults().protocol_features;
+/// What a split-ring driver (QEMU's default) acks: everything but RING_PACKED.
+const uint64_t kAcked = kOffered & ~bit(virtio::kFRingPacked);
 
 /// A SET_MEM_TABLE payload.
 std::vector<uint8_t> mem_table(const std::vector<MemRegion>& regions, std::optional<uint32_t> n = {}) {
@@ -135,7 +138,7 @@ class BackendTest : public ::testing::Test {
     }
     ASSERT_TRUE(peer->send_empty(Req::kSetOwner));
     ASSERT_TRUE(pump()) << why;
-    const uint64_t f = proto ? kOffered : (kOffered & ~bit(virtio::kFProtocolFeatures));
+    const uint64_t f = proto ? kAcked : (kAcked & ~bit(virtio::kFProtocolFeatures));
     if (proto) {
       ASSERT_EQ(acked(Req::kSetFeatures, f), 0u) << why;
       const auto mt = mem_table(regions());
@@ -191,7 +194,7 @@ TEST_F(BackendTest, GetFeaturesReplies) {
 
 TEST_F(BackendTest, QemuLikeNegotiationMakesBothVringsReady) {
   negotiate();
-  EXPECT_EQ(be->features(), kOffered);
+  EXPECT_EQ(be->features(), kAcked);
   EXPECT_EQ(be->protocol_features(), kOfferedProto);
   ASSERT_NE(be->memory(), nullptr);
   EXPECT_EQ(be->memory()->region_count(), 2u);
@@ -590,9 +593,85 @@ TEST_F(BackendTest, FdsOnMessagesThatTakeNoneAreRefusedAndClosed) {
   EXPECT_FALSE(be->vring(0).call.valid());
 }
 
+// VIRTIO_F_RING_PACKED over vhost-user: a ring size that is not a power of two (virtio 1.2
+// §2.8), SET_VRING_ADDR's three addresses as ring / driver area / device area, SET and
+// GET_VRING_BASE with the wrap counters (vhost-user.rst "Vring descriptor indices for packed
+// virtqueues"), and a base outside the ring keeping the ring stopped.
+TEST_F(BackendTest, PackedRingNegotiationAndVringBase) {
+  constexpr uint32_t kPackedNum = 100;
+  std::unique_ptr<test::FakePackedRing> pr[kNumVrings];
+  for (auto& r : pr) r = std::make_unique<test::FakePackedRing>(fm, kPackedNum, 0);
+  ASSERT_TRUE(plain(Req::kSetProtocolFeatures, kOfferedProto));
+  ASSERT_EQ(acked(Req::kSetFeatures, kOffered), 0u) << why;
+  ASSERT_TRUE(virtio::has(be->features(), virtio::kFRingPacked));
+  const auto mt = mem_table(regions());
+  ASSERT_EQ(acked(Req::kSetMemTable, mt.data(), mt.size(), fm.fds()), 0u) << why;
+  for (uint32_t i = 0; i < kNumVrings; ++i) {
+    ASSERT_EQ(acked(Req::kSetVringNum, VringState{i, kPackedNum}), 0u) << why;
+    ASSERT_EQ(acked(Req::kSetVringBase, VringState{i, virtio::kPackedInitialBase}), 0u) << why;
+    const VringAddr a{i, 0, pr[i]->ring_uva(), pr[i]->device_event_uva(), pr[i]->driver_event_uva(), 0};
+    ASSERT_EQ(acked(Req::kSetVringAddr, a), 0u) << why;
+    ASSERT_EQ(acked(Req::kSetVringKick, uint64_t{i}, {kick[i].get()}), 0u) << why;
+    ASSERT_EQ(acked(Req::kSetVringCall, uint64_t{i}, {call[i].get()}), 0u) << why;
+    ASSERT_EQ(acked(Req::kSetVringEnable, VringState{i, 1}), 0u) << why;
+  }
+  for (uint32_t i = 0; i < kNumVrings; ++i) {
+    const Vring& v = be->vring(i);
+    EXPECT_TRUE(v.ready) << v.why_not;
+    EXPECT_TRUE(v.packed);
+    EXPECT_TRUE(v.pq.attached());
+    EXPECT_FALSE(v.q.attached());
+    EXPECT_EQ(v.pq.size(), kPackedNum);
+  }
+  // The back-end's mapping is the driver's ring: a chain shows up, its used descriptor too.
+  auto arena = std::make_unique<virtio::SegmentArena>();
+  auto& txq = be->vring(kTxVring).pq;
+  const uint16_t id = pr[kTxVring]->add_tx(test::make_frame(80));
+  virtio::Chain c{};
+  ASSERT_EQ(txq.pop<false>(*arena, &c), virtio::PopStatus::kOk);
+  txq.push_used(c.head, 0, c.ring_descs);
+  txq.publish_used();
+  auto u = pr[kTxVring]->next_used();
+  ASSERT_TRUE(u.has_value());
+  EXPECT_EQ(u->id, id);
+
+  // GET_VRING_BASE stops the ring and reports slot 1, wrap counters 1, both sides.
+  ASSERT_TRUE(peer->send(static_cast<uint32_t>(Req::kGetVringBase), kVersion,
+                         &static_cast<const VringState&>(VringState{kTxVring, 0}), sizeof(VringState)));
+  ASSERT_TRUE(pump()) << why;
+  auto rep = peer->recv();
+  ASSERT_TRUE(rep.has_value());
+  EXPECT_EQ(rep->u64() >> 32, 0x80018001u);
+  EXPECT_FALSE(be->vring(kTxVring).ready);
+
+  // Restarted at a slot outside the ring: it does not start.
+  ASSERT_EQ(acked(Req::kSetVringBase, VringState{kTxVring, 0x8000 | kPackedNum}), 0u) << why;
+  ASSERT_EQ(acked(Req::kSetVringKick, uint64_t{kTxVring}, {kick[kTxVring].get()}), 0u) << why;
+  EXPECT_FALSE(be->vring(kTxVring).ready);
+  EXPECT_EQ(be->vring(kTxVring).why_not, "ring base outside the ring");
+  // ...and at the reported position it does, carrying on where it stopped.
+  ASSERT_EQ(acked(Req::kSetVringBase, VringState{kTxVring, 0x8001}), 0u) << why;
+  ASSERT_EQ(acked(Req::kSetVringKick, uint64_t{kTxVring}, {kick[kTxVring].get()}), 0u) << why;
+  ASSERT_TRUE(be->vring(kTxVring).ready) << be->vring(kTxVring).why_not;
+  const uint16_t id2 = pr[kTxVring]->add_tx(test::make_frame(80));
+  ASSERT_EQ(be->vring(kTxVring).pq.pop<false>(*arena, &c), virtio::PopStatus::kOk);
+  EXPECT_EQ(c.head, id2);
+}
+
+// A split ring's size must be a power of two; a packed ring's need not be.
+TEST_F(BackendTest, QueueSizeRulesFollowTheRingLayout) {
+  ASSERT_TRUE(plain(Req::kSetProtocolFeatures, kOfferedProto));
+  ASSERT_EQ(acked(Req::kSetFeatures, kAcked), 0u) << why;
+  EXPECT_NE(acked(Req::kSetVringNum, VringState{0, 100}), 0u);
+  ASSERT_EQ(acked(Req::kSetFeatures, kOffered), 0u) << why;
+  EXPECT_EQ(acked(Req::kSetVringNum, VringState{0, 100}), 0u);
+  EXPECT_NE(acked(Req::kSetVringNum, VringState{0, 0}), 0u);
+  EXPECT_NE(acked(Req::kSetVringNum, VringState{0, 32769}), 0u);
+}
+
 TEST_F(BackendTest, SetFeaturesNotOfferedIsRefused) {
   ASSERT_TRUE(plain(Req::kSetProtocolFeatures, kOfferedProto));
-  EXPECT_NE(acked(Req::kSetFeatures, kOffered | bit(virtio::kFRingPacked)), 0u);
+  EXPECT_NE(acked(Req::kSetFeatures, kOffered | bit(virtio::kFAccessPlatform)), 0u);
   EXPECT_NE(acked(Req::kSetProtocolFeatures, kOfferedProto | bit(kProtoBackendReq)), 0u);
   EXPECT_EQ(be->features(), 0u);
 }

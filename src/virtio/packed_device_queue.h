@@ -1,0 +1,405 @@
+#pragma once
+// The device side of a packed virtqueue (virtio 1.2 §2.8): one descriptor ring the driver
+// and the device both write, two wrap counters, and two event suppression structures.
+// The counterpart of device_queue.h (split rings), with the same interface, so that the
+// copy paths (net_copy.h) and the forwarder are templates over the queue type: no virtual
+// call per packet.
+//
+// Security model (as for split rings; hostile-inputs.md items 7-14). The driver writes the
+// ring and its event suppression structure at any time and may be hostile. Therefore:
+//  - a descriptor is read once into a local (its flags with an acquire load first, then a
+//    16-byte copy) and only the local is used;
+//  - the device never has more ring slots in flight (taken and not yet returned) than the
+//    ring holds: a chain that would take more (a NEXT run around the whole ring) means the
+//    driver broke the ring, and the queue stops until it is set up again (item 10, 11);
+//  - a nested indirect table, an indirect descriptor with NEXT or inside a chain, a table
+//    whose length is 0, not a multiple of 16 or longer than the queue, a buffer of the
+//    wrong direction, or an address that does not translate drop the chain: it is returned
+//    to the driver with length 0 under its buffer ID (items 7, 8, 12);
+//  - buffer IDs are the driver's: echoed back, never used as an index;
+//  - used descriptors are written into slots the driver gave us (taken, not yet returned),
+//    so a hostile driver cannot make us write elsewhere in its memory.
+// Used descriptors are written when publish_used() runs, not when pushed: the first one's
+// flags are stored last (release), so the driver sees a burst at once and chains can be
+// un-taken (restore()) until then.
+#include <sys/eventfd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+
+#include "virtio/device_queue.h"
+#include "virtio/guest_memory.h"
+#include "virtio/virtio_defs.h"
+
+namespace vl::virtio {
+
+/// vhost-user.rst "Vring descriptor indices for packed virtqueues": the 32-bit num of
+/// SET/GET_VRING_BASE. Bits 0-14 next avail slot, bit 15 avail wrap counter, bits 16-30
+/// next used slot, bit 31 used wrap counter.
+struct PackedRingState {
+  uint16_t avail = 0;
+  bool avail_wrap = true;  ///< virtio 1.2 §2.8.1: both wrap counters start at 1
+  uint16_t used = 0;
+  bool used_wrap = true;
+  static PackedRingState decode(uint32_t num) {
+    PackedRingState s;
+    s.avail = num & 0x7fff;
+    s.avail_wrap = (num >> 15) & 1;
+    // QEMU and DPDK send only the low 16 bits; nothing is in flight when a ring starts, so
+    // the used side resumes where the avail side does.
+    s.used = s.avail;
+    s.used_wrap = s.avail_wrap;
+    return s;
+  }
+  uint32_t encode() const {
+    return uint32_t{avail} | uint32_t{avail_wrap} << 15 | uint32_t{used} << 16 |
+           uint32_t{used_wrap} << 31;
+  }
+};
+
+/// The state SET_VRING_BASE gives a packed ring before any traffic: slot 0, wrap 1.
+inline constexpr uint32_t kPackedInitialBase = 1u << 15;
+
+/// Device-side state of one packed virtqueue. Configured by the control thread while the
+/// datapath is paused; used by one PMD thread at a time.
+class PackedDeviceQueue {
+ public:
+  /// Binds the queue to translated ring memory. `num` in [1, kMaxQueueSize] (any value: a
+  /// packed ring need not be a power of two); `ring` is our pointer to the whole descriptor
+  /// ring, `driver_event`/`device_event` to the two event suppression structures (checked by
+  /// the caller with GuestMemory). `base` is SET_VRING_BASE's num (PackedRingState); its
+  /// slot must be < num (the caller checks: packed_base_valid()).
+  void attach(const GuestMemory* mem, uint32_t num, PackedDesc* ring, PackedEvent* driver_event,
+              PackedEvent* device_event, uint32_t base, uint64_t features) {
+    mem_ = mem;
+    num_ = num;
+    ring_ = ring;
+    driver_event_ = driver_event;
+    device_event_ = device_event;
+    const PackedRingState s = PackedRingState::decode(base);
+    last_avail_ = s.avail;
+    avail_wrap_ = s.avail_wrap;
+    used_pos_ = s.used;
+    used_wrap_ = s.used_wrap;
+    if (shadow_cap_ < num) {
+      shadow_ = std::make_unique<UsedElem[]>(num);
+      shadow_cap_ = num;
+    }
+    nshadow_ = 0;
+    in_flight_ = 0;
+    event_idx_ = has(features, kRingFEventIdx);
+    indirect_ = has(features, kRingFIndirectDesc);
+    broken_ = false;
+  }
+  static bool packed_base_valid(uint32_t base, uint32_t num) { return (base & 0x7fff) < num; }
+  void detach() {
+    mem_ = nullptr;
+    ring_ = nullptr;
+    driver_event_ = nullptr;
+    device_event_ = nullptr;
+  }
+  bool attached() const { return ring_ != nullptr; }
+  bool broken() const { return broken_; }
+  void mark_broken() { broken_ = true; }
+  uint32_t size() const { return num_; }
+  /// The ring's position for GET_VRING_BASE (PackedRingState::encode()).
+  uint32_t vring_base() const {
+    return PackedRingState{last_avail_, avail_wrap_, used_pos_, used_wrap_}.encode();
+  }
+  uint16_t last_avail() const { return last_avail_; }
+  bool avail_wrap() const { return avail_wrap_; }
+  uint16_t used_pos() const { return used_pos_; }
+  bool used_wrap() const { return used_wrap_; }
+  void set_call_fd(int fd) { call_fd_ = fd; }
+  int call_fd() const { return call_fd_; }
+
+  /// True if the descriptor at the next avail slot is available (virtio 1.2 §2.8.1: its
+  /// AVAIL flag equals our avail wrap counter and its USED flag does not). False while the
+  /// whole ring is in flight.
+  bool has_avail() const {
+    if (in_flight_ >= num_) [[unlikely]]
+      return false;
+    const uint16_t f = __atomic_load_n(&ring_[last_avail_].flags, __ATOMIC_ACQUIRE);
+    return is_avail(f);
+  }
+  /// 1 if a chain is available, else 0 (a packed ring has no avail index to count with).
+  int pending() const { return has_avail() ? 1 : 0; }
+
+  /// Takes the next chain into `arena`. kDeviceWrites: true for a receive queue. Returns
+  /// kEmpty if nothing is available; kBadChain/kTooBig after returning the chain with
+  /// length 0 (pushed, published with the next publish_used()); kBroken if the chain runs
+  /// over more slots than the driver can have made available (the queue stops).
+  template <bool kDeviceWrites>
+  PopStatus pop(SegmentArena& arena, Chain* chain);
+
+  /// A point to come back to with restore(): un-takes the chains taken since and forgets
+  /// the used entries pushed since (a receive frame that did not fit).
+  struct Mark {
+    uint16_t avail;
+    bool avail_wrap;
+    uint32_t nshadow;
+    uint32_t in_flight;
+  };
+  Mark mark() const { return Mark{last_avail_, avail_wrap_, nshadow_, in_flight_}; }
+  void restore(const Mark& m) {
+    last_avail_ = m.avail;
+    avail_wrap_ = m.avail_wrap;
+    nshadow_ = m.nshadow;
+    in_flight_ = m.in_flight;
+  }
+
+  /// Records a used element for the chain with buffer ID `id` that took `ring_descs` ring
+  /// slots, `len` bytes written (not visible to the driver until publish_used()).
+  void push_used(uint16_t id, uint32_t len, uint16_t ring_descs) {
+    if (nshadow_ >= shadow_cap_) [[unlikely]] {  // cannot happen: in_flight_ <= num_
+      broken_ = true;
+      return;
+    }
+    shadow_[nshadow_++] = UsedElem{id, ring_descs, len};
+  }
+
+  /// Writes the pushed used descriptors into the ring (virtio 1.2 §2.8.9: ID, length, then
+  /// AVAIL and USED flags equal to the used wrap counter; the burst's first flags last) and
+  /// signals the call eventfd when the driver's event suppression structure asks for it
+  /// (§2.8.10: ENABLE, or DESC with EVENT_IDX when the event offset was passed). Returns
+  /// true if it signalled.
+  bool publish_used() {
+    if (!nshadow_) return false;
+    const uint16_t old_pos = used_pos_;
+    uint16_t pos = used_pos_;
+    bool wrap = used_wrap_;
+    PackedDesc* first = nullptr;
+    uint16_t first_flags = 0;
+    uint32_t slots = 0;
+    for (uint32_t i = 0; i < nshadow_; ++i) {
+      const UsedElem& e = shadow_[i];
+      PackedDesc* d = &ring_[pos];
+      __atomic_store_n(&d->id, e.id, __ATOMIC_RELAXED);
+      __atomic_store_n(&d->len, e.len, __ATOMIC_RELAXED);
+      uint16_t f = wrap ? (kPackedDescFAvail | kPackedDescFUsed) : 0;
+      if (e.len) f |= kDescFWrite;  // §2.8.6: the length is valid only with WRITE
+      if (i == 0) {
+        first = d;
+        first_flags = f;
+      } else {
+        __atomic_store_n(&d->flags, f, __ATOMIC_RELEASE);
+      }
+      slots += e.ring_descs;
+      pos = static_cast<uint16_t>(pos + e.ring_descs);
+      if (pos >= num_) {
+        pos = static_cast<uint16_t>(pos - num_);
+        wrap = !wrap;
+      }
+    }
+    __atomic_store_n(&first->flags, first_flags, __ATOMIC_RELEASE);
+    used_pos_ = pos;
+    used_wrap_ = wrap;
+    nshadow_ = 0;
+    in_flight_ = slots > in_flight_ ? 0 : in_flight_ - slots;
+    if (call_fd_ < 0) return false;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);  // our flags stores before the driver's event read
+    const uint16_t flags = __atomic_load_n(&driver_event_->flags, __ATOMIC_RELAXED);
+    bool need;
+    if (flags == kRingEventFlagsDisable) {
+      need = false;
+    } else if (flags == kRingEventFlagsDesc && event_idx_) {
+      const uint16_t off_wrap = __atomic_load_n(&driver_event_->off_wrap, __ATOMIC_RELAXED);
+      // Compare slots on one line: positions from the previous lap count as negative.
+      uint16_t off = off_wrap & 0x7fff;
+      uint16_t old = old_pos;
+      if (used_pos_ <= old) old = static_cast<uint16_t>(old - num_);
+      if (static_cast<bool>(off_wrap >> 15) != used_wrap_) off = static_cast<uint16_t>(off - num_);
+      need = need_event(off, used_pos_, old);
+    } else {
+      need = true;  // ENABLE (and reserved values: a spurious notification is harmless)
+    }
+    if (need) signal();
+    return need;
+  }
+
+  /// Asks the driver to kick (true) or not to (false) when it makes buffers available
+  /// (virtio 1.2 §2.8.10: the device event suppression structure, ENABLE or DISABLE).
+  /// After enabling, callers must check has_avail() again before sleeping.
+  void set_kicks(bool enabled) {
+    __atomic_store_n(&device_event_->flags,
+                     enabled ? kRingEventFlagsEnable : kRingEventFlagsDisable, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  }
+
+  /// Writes the call eventfd; see DeviceQueue::signal() for why EINTR stops the queue.
+  void signal() {
+    if (call_fd_ < 0) return;
+    if (eventfd_write(call_fd_, 1) != 0 && errno == EINTR) [[unlikely]] {
+      call_fd_ = -1;
+      broken_ = true;
+      __atomic_store_n(&call_blocked_, true, __ATOMIC_RELEASE);
+    }
+  }
+  bool call_blocked() const { return __atomic_load_n(&call_blocked_, __ATOMIC_ACQUIRE); }
+
+ private:
+  struct UsedElem {
+    uint16_t id;
+    uint16_t ring_descs;
+    uint32_t len;
+  };
+
+  bool is_avail(uint16_t f) const {
+    return static_cast<bool>(f & kPackedDescFAvail) == avail_wrap_ &&
+           static_cast<bool>(f & kPackedDescFUsed) != avail_wrap_;
+  }
+  void next_slot(uint16_t* pos, bool* wrap) const {
+    if (++*pos >= num_) {
+      *pos = 0;
+      *wrap = !*wrap;
+    }
+  }
+  /// Appends [addr, addr+len) to the arena split at region edges; see DeviceQueue.
+  bool add_buffer(SegmentArena& arena, uint32_t* nsegs, uint64_t addr, uint32_t len) const {
+    if (len == 0) {
+      uint64_t contig;
+      return mem_->translate(addr, 0, &contig) != nullptr;
+    }
+    uint64_t left = len;
+    do {
+      uint64_t contig = 0;
+      uint8_t* p = mem_->translate(addr, left, &contig);
+      if (!p) return false;
+      if (*nsegs >= SegmentArena::kMaxChainSegments) return false;
+      arena.segs[arena.used + *nsegs] = Segment{p, static_cast<uint32_t>(contig)};
+      ++*nsegs;
+      addr += contig;
+      left -= contig;
+    } while (left != 0);
+    return true;
+  }
+
+  const GuestMemory* mem_ = nullptr;
+  PackedDesc* ring_ = nullptr;
+  PackedEvent* driver_event_ = nullptr;  ///< written by the driver: may we notify?
+  PackedEvent* device_event_ = nullptr;  ///< written by us: may the driver kick?
+  uint32_t num_ = 0;
+  uint16_t last_avail_ = 0;  ///< next slot to take
+  bool avail_wrap_ = true;
+  uint16_t used_pos_ = 0;    ///< next slot to write a used descriptor to
+  bool used_wrap_ = true;
+  uint32_t in_flight_ = 0;   ///< slots taken and not yet published as used
+  std::unique_ptr<UsedElem[]> shadow_;
+  uint32_t shadow_cap_ = 0;
+  uint32_t nshadow_ = 0;
+  bool event_idx_ = false;
+  bool indirect_ = false;
+  bool broken_ = false;
+  bool call_blocked_ = false;
+  int call_fd_ = -1;
+};
+
+template <bool kDeviceWrites>
+PopStatus PackedDeviceQueue::pop(SegmentArena& arena, Chain* chain) {
+  if (in_flight_ >= num_) [[unlikely]]
+    return PopStatus::kEmpty;
+  PackedDesc d;
+  const uint16_t f0 = __atomic_load_n(&ring_[last_avail_].flags, __ATOMIC_ACQUIRE);
+  if (!is_avail(f0)) return PopStatus::kEmpty;
+  std::memcpy(&d, &ring_[last_avail_], sizeof d);
+  compiler_barrier();  // item 13: only the local copy is used from here on
+  d.flags = f0;        // the flags we checked, not a second read
+
+  // Slots this chain may take: the driver cannot have made more available than are free.
+  const uint32_t budget = num_ - in_flight_;
+  uint16_t pos = last_avail_;
+  bool wrap = avail_wrap_;
+  uint32_t slots = 0;
+  uint32_t nsegs = 0;
+  uint64_t total = 0;
+  uint32_t ndesc = 0;
+  bool bad = false;
+  bool too_big = false;
+
+  auto take = [&](uint64_t addr, uint32_t len, uint16_t flags) {
+    if (bad) return;
+    if (static_cast<bool>(flags & kDescFWrite) != kDeviceWrites) [[unlikely]] {
+      bad = true;
+      return;
+    }
+    if (!too_big) {
+      if (!add_buffer(arena, &nsegs, addr, len)) [[unlikely]] {
+        if (nsegs < SegmentArena::kMaxChainSegments) bad = true;
+        else too_big = true;  // keep validating, stop collecting
+      }
+    } else {
+      uint64_t contig;
+      if (!mem_->translate(addr, len, &contig)) bad = true;
+    }
+    total += len;
+  };
+
+  uint16_t id;
+  for (;;) {
+    ++slots;
+    ++ndesc;
+    if (d.flags & kDescFIndirect) {
+      // virtio 1.2 §2.8.7: an indirect descriptor is a chain of its own (no NEXT, not after
+      // other descriptors); its table holds len/16 descriptors, none of them indirect.
+      if (slots != 1 || (d.flags & kDescFNext) || !indirect_ || d.len == 0 ||
+          (d.len % sizeof(PackedDesc)) != 0 || d.len / sizeof(PackedDesc) > num_) [[unlikely]] {
+        bad = true;
+      } else {
+        const auto* t =
+            reinterpret_cast<const PackedDesc*>(mem_->translate_whole(d.addr, d.len));
+        if (!t) [[unlikely]] {
+          bad = true;
+        } else {
+          const uint32_t n = d.len / sizeof(PackedDesc);
+          for (uint32_t i = 0; i < n && !bad; ++i) {
+            PackedDesc e;
+            std::memcpy(&e, &t[i], sizeof e);
+            compiler_barrier();
+            ++ndesc;
+            if (e.flags & kDescFIndirect) [[unlikely]] bad = true;
+            else take(e.addr, e.len, e.flags);
+          }
+        }
+      }
+    } else {
+      take(d.addr, d.len, d.flags);
+    }
+    if (!(d.flags & kDescFNext)) {
+      id = d.id;
+      break;
+    }
+    if (slots >= budget) [[unlikely]] {
+      // A NEXT run longer than the free part of the ring: no chain ends there.
+      broken_ = true;
+      return PopStatus::kBroken;
+    }
+    next_slot(&pos, &wrap);
+    std::memcpy(&d, &ring_[pos], sizeof d);
+    compiler_barrier();
+  }
+  next_slot(&pos, &wrap);
+  last_avail_ = pos;
+  avail_wrap_ = wrap;
+  in_flight_ += slots;
+  const uint16_t ring_descs = static_cast<uint16_t>(slots);
+  if (bad) [[unlikely]] {
+    push_used(id, 0, ring_descs);
+    return PopStatus::kBadChain;
+  }
+  if (too_big || total > 0xffffffffull) [[unlikely]] {
+    push_used(id, 0, ring_descs);
+    return PopStatus::kTooBig;
+  }
+  chain->head = id;
+  chain->ring_descs = ring_descs;
+  chain->seg_begin = arena.used;
+  chain->nsegs = nsegs;
+  chain->len = static_cast<uint32_t>(total);
+  chain->ndesc = ndesc;
+  arena.used += nsegs;
+  return PopStatus::kOk;
+}
+
+}  // namespace vl::virtio

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Every DPDK virtio-user datapath through one switch: split/packed ring x mergeable RX
+buffers x in-order x vectorized (the net_virtio_user devargs packed_vq, mrg_rxbuf, in_order,
+vectorized), each at 64, 1518 and 9000 B.
+
+One switch (xconnect a <-> b, MTU 9000) serves the whole matrix. For each of the 16
+combinations one testpmd runs two virtio-user ports with those devargs, one on a and one on
+b, in flowgen mode (each port sends frames of the current size and counts what it
+receives); the sizes follow one another in that testpmd (`set txpkts`, flowgen subtracts
+the 4-byte FCS). Checked for each combination:
+
+  * negotiation: the switch's port has RING_PACKED, IN_ORDER and MRG_RXBUF exactly as the
+    devargs asked (`ctl ports` features), and testpmd logged the Rx/Tx paths DPDK 22.11
+    picks for them (vectorized only where DPDK allows it: packed needs IN_ORDER and AVX-512,
+    and no mergeable buffers on Rx; split never vectorizes Tx nor Rx with IN_ORDER);
+  * per size: every frame the switch took and delivered had exactly that size
+    (rx_bytes = size x rx_packets, tx_bytes = size x tx_packets, both ports), frames flowed
+    both ways, and nothing was dropped except for want of receive buffers;
+  * per combination: after a final drain (rxonly), each testpmd port received exactly the
+    frames and bytes the switch delivered to it, and the switch took exactly the frames
+    testpmd transmitted, with no receive errors.
+
+9000 B frames are single mbufs here (flowgen sends one segment), so receive buffers are
+10 KiB and mergeable buffers are not spread; test_frame_sizes.py covers frames spread over
+mergeable buffers on both ring layouts.
+
+    python3 tests/interop/test_virtio_paths.py --virtlink build/virtlink [-v]
+"""
+import os
+import re
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import vltest  # noqa: E402
+
+SIZES = (64, 1518, 9000)
+
+
+def expected_paths(packed, mrg, in_order, vec):
+    """(Rx path, Tx path) as DPDK 22.11's virtio PMD names them (set_rxtx_funcs)."""
+    if packed:
+        vec_ok = vec and in_order  # and AVX-512F with --force-max-simd-bitwidth=512
+        tx = "packed ring vectorized" if vec_ok else "packed ring standard"
+        if vec_ok and not mrg:
+            rx = "packed ring vectorized"
+        elif mrg:
+            rx = "packed ring mergeable buffer"
+        else:
+            rx = "packed ring standard"
+        return rx, tx
+    tx = "inorder" if in_order else "standard"
+    if vec and not in_order and not mrg:
+        rx = "vectorized"
+    elif in_order:
+        rx = "inorder"
+    elif mrg:
+        rx = "mergeable buffer"
+    else:
+        rx = "standard"
+    return rx, tx
+
+
+def delta(after, before, port, key):
+    return after[port][key] - before[port][key]
+
+
+class VirtioPaths(unittest.TestCase):
+
+    def test_matrix(self):
+        cfg = ('forward = "xconnect"\n'
+               '[[port]]\nname = "a"\npath = "%s"\nmtu = 9000\n'
+               '[[port]]\nname = "b"\npath = "%s"\nmtu = 9000\n')
+        with vltest.Testbed(self) as tb:
+            tb.start_switch(ports=[], forward=None,
+                            config=cfg % (tb.sock("a"), tb.sock("b")))
+            n = 0
+            for packed in (0, 1):
+                for mrg in (0, 1):
+                    for in_order in (0, 1):
+                        for vec in (0, 1):
+                            with self.subTest(packed=packed, mrg=mrg, in_order=in_order,
+                                              vec=vec):
+                                self.one_combination(tb, n, packed, mrg, in_order, vec)
+                            n += 1
+
+    def one_combination(self, tb, n, packed, mrg, in_order, vec):
+        name = "p%dm%di%dv%d" % (packed, mrg, in_order, vec)
+        kw = dict(packed_vq=packed, mrg_rxbuf=mrg, in_order=in_order, vectorized=vec)
+        before = tb.switch_stats()
+        tp = tb.start_testpmd(
+            name, [tb.virtio_user("a", index=2 * n, **kw), tb.virtio_user("b", index=2 * n + 1, **kw)],
+            "flowgen", args=["--mbuf-size=10240", "--max-pkt-len=9018", "--txpkts=%d" % (SIZES[0] + 4)],
+            eal_args=["--log-level=pmd.net.virtio.init:info", "--force-max-simd-bitwidth=512"],
+            nb_mbufs=8192)
+        tb.wait_connected(["a", "b"])
+        info = tb.ports_info()
+        for port in ("a", "b"):
+            feats = int(info[port]["features"], 16)
+            self.assertEqual(bool(feats >> 34 & 1), bool(packed), "%s %s RING_PACKED" % (name, port))
+            self.assertEqual(bool(feats >> 35 & 1), bool(in_order), "%s %s IN_ORDER" % (name, port))
+            self.assertEqual(bool(feats >> 15 & 1), bool(mrg), "%s %s MRG_RXBUF" % (name, port))
+            for v in info[port]["vrings"]:
+                self.assertEqual(v["layout"], "packed" if packed else "split", name)
+
+        for i, size in enumerate(SIZES):
+            if i:
+                tb.testpmd_cmd(tp, "set txpkts %d" % (size + 4), "start")
+            start = tb.switch_stats()
+            tb.wait_counter("b", "tx_packets", start["b"]["tx_packets"] + 200, timeout=30)
+            tb.wait_counter("a", "tx_packets", start["a"]["tx_packets"] + 200, timeout=30)
+            tb.testpmd_cmd(tp, "stop")
+            st = tb.wait_quiet(stable_s=0.4)
+            vltest.log("%s %d B: %s" % (name, size, vltest.fmt_stats(
+                {p: {k: (st[p][k] - start[p][k] if k != "drops" else
+                         {d: st[p]["drops"][d] - start[p]["drops"][d] for d in st[p]["drops"]})
+                     for k in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "drops")}
+                 for p in ("a", "b")})))
+            for p in ("a", "b"):
+                rxp, txp = delta(st, start, p, "rx_packets"), delta(st, start, p, "tx_packets")
+                self.assertGreater(txp, 0, "%s %d B: nothing delivered to %s" % (name, size, p))
+                self.assertEqual(delta(st, start, p, "rx_bytes"), size * rxp, "%s %d B %s" % (name, size, p))
+                self.assertEqual(delta(st, start, p, "tx_bytes"), size * txp, "%s %d B %s" % (name, size, p))
+                for k, v in st[p]["drops"].items():
+                    if k != "no_rx_buffer":
+                        self.assertEqual(v - start[p]["drops"][k], 0, "%s %d B %s drops %s" % (name, size, p, k))
+        # Drain what the switch put into the receive rings after the last stop.
+        tb.testpmd_cmd(tp, "set fwd rxonly", "start")
+        time.sleep(0.5)
+        end = tb.switch_stats()
+        res = tb.stop_testpmd(tp)
+        text = res["text"]
+        rx_path, tx_path = expected_paths(packed, mrg, in_order, vec)
+        for port in (0, 1):
+            self.assertIn("virtio: using %s Rx path on port %d" % (rx_path, port), text,
+                          "%s: %s" % (name, re.findall(r"virtio: using .* path on port \d", text)))
+            self.assertIn("virtio: using %s Tx path on port %d" % (tx_path, port), text,
+                          "%s: %s" % (name, re.findall(r"virtio: using .* path on port \d", text)))
+        for port, sw in ((0, "a"), (1, "b")):
+            nic = res["nic"][port]
+            self.assertEqual(nic["RX-errors"], 0, name)
+            self.assertEqual(nic["RX-packets"], delta(end, before, sw, "tx_packets"), "%s port %d" % (name, port))
+            self.assertEqual(nic["RX-bytes"], delta(end, before, sw, "tx_bytes"), "%s port %d" % (name, port))
+            self.assertEqual(nic["TX-packets"], delta(end, before, sw, "rx_packets"), "%s port %d" % (name, port))
+            self.assertEqual(nic["TX-bytes"], delta(end, before, sw, "rx_bytes"), "%s port %d" % (name, port))
+
+
+if __name__ == "__main__":
+    vltest.main(default_timeout=90)
