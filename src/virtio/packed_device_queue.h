@@ -318,9 +318,16 @@ PopStatus PackedDeviceQueue::pop(SegmentArena& arena, Chain* chain) {
   bool bad = false;
   bool too_big = false;
 
-  auto take = [&](uint64_t addr, uint32_t len, uint16_t flags) {
+  auto take = [&](uint64_t addr, uint32_t len, uint16_t flags, bool in_table) {
     if (bad) return;
-    if (static_cast<bool>(flags & kDescFWrite) != kDeviceWrites) [[unlikely]] {
+    // A device-writable buffer on a queue the device reads is refused in the ring, but read
+    // in an indirect table: DPDK's virtio PMD initialises its packed TX tables with WRITE on
+    // every entry (vring_desc_init_indirect_packed) and leaves it on the header entry, and
+    // reading a device-writable buffer is only discouraged (virtio 1.2 descriptor device
+    // requirements: SHOULD NOT).
+    // Writing to a driver-readable buffer is never done.
+    const bool writable = flags & kDescFWrite;
+    if (writable != kDeviceWrites && (kDeviceWrites || !in_table)) [[unlikely]] {
       bad = true;
       return;
     }
@@ -359,12 +366,12 @@ PopStatus PackedDeviceQueue::pop(SegmentArena& arena, Chain* chain) {
             compiler_barrier();
             ++ndesc;
             if (e.flags & kDescFIndirect) [[unlikely]] bad = true;
-            else take(e.addr, e.len, e.flags);
+            else take(e.addr, e.len, e.flags, true);
           }
         }
       }
     } else {
-      take(d.addr, d.len, d.flags);
+      take(d.addr, d.len, d.flags, false);
     }
     if (!(d.flags & kDescFNext)) {
       id = d.id;

@@ -3,9 +3,9 @@
 buffers x in-order x vectorized (the net_virtio_user devargs packed_vq, mrg_rxbuf, in_order,
 vectorized), each at 64, 1518 and 9000 B.
 
-One switch (xconnect a <-> b, MTU 9000) serves the whole matrix. For each of the 16
-combinations one testpmd runs two virtio-user ports with those devargs, one on a and one on
-b, in flowgen mode (each port sends frames of the current size and counts what it
+One switch (xconnect a <-> b and c <-> d, MTU 9000) serves the whole matrix, two
+combinations at a time. For each of the 16 combinations one testpmd runs two virtio-user
+ports with those devargs, one on each port of a pair, in flowgen mode (each port sends frames of the current size and counts what it
 receives); the sizes follow one another in that testpmd (`set txpkts`, flowgen subtracts
 the 4-byte FCS). Checked for each combination:
 
@@ -69,81 +69,92 @@ def delta(after, before, port, key):
 class VirtioPaths(unittest.TestCase):
 
     def test_matrix(self):
-        cfg = ('forward = "xconnect"\n'
-               '[[port]]\nname = "a"\npath = "%s"\nmtu = 9000\n'
-               '[[port]]\nname = "b"\npath = "%s"\nmtu = 9000\n')
+        # Two combinations at a time (ports a<->b and c<->d) so that one testpmd's start-up
+        # overlaps the other's traffic.
+        cfg = 'forward = "xconnect"\n' + "".join(
+            '[[port]]\nname = "%s"\npath = "%%s"\nmtu = 9000\n' % p for p in "abcd")
+        combos = [(p, m, i, v) for p in (0, 1) for m in (0, 1) for i in (0, 1) for v in (0, 1)]
         with vltest.Testbed(self) as tb:
             tb.start_switch(ports=[], forward=None,
-                            config=cfg % (tb.sock("a"), tb.sock("b")))
-            n = 0
-            for packed in (0, 1):
-                for mrg in (0, 1):
-                    for in_order in (0, 1):
-                        for vec in (0, 1):
-                            with self.subTest(packed=packed, mrg=mrg, in_order=in_order,
-                                              vec=vec):
-                                self.one_combination(tb, n, packed, mrg, in_order, vec)
-                            n += 1
+                            config=cfg % tuple(tb.sock(p) for p in "abcd"))
+            for k in range(0, len(combos), 2):
+                self.run_group(tb, k, [(combos[k], ("a", "b")), (combos[k + 1], ("c", "d"))])
 
-    def one_combination(self, tb, n, packed, mrg, in_order, vec):
-        name = "p%dm%di%dv%d" % (packed, mrg, in_order, vec)
-        kw = dict(packed_vq=packed, mrg_rxbuf=mrg, in_order=in_order, vectorized=vec)
+    def run_group(self, tb, k, group):
         before = tb.switch_stats()
-        tp = tb.start_testpmd(
-            name, [tb.virtio_user("a", index=2 * n, **kw), tb.virtio_user("b", index=2 * n + 1, **kw)],
-            "flowgen", args=["--mbuf-size=10240", "--max-pkt-len=9018", "--txpkts=%d" % (SIZES[0] + 4)],
-            eal_args=["--log-level=pmd.net.virtio.init:info", "--force-max-simd-bitwidth=512"],
-            nb_mbufs=8192)
-        tb.wait_connected(["a", "b"])
+        tps = []
+        for j, ((packed, mrg, in_order, vec), (pa, pb)) in enumerate(group):
+            name = "p%dm%di%dv%d" % (packed, mrg, in_order, vec)
+            kw = dict(packed_vq=packed, mrg_rxbuf=mrg, in_order=in_order, vectorized=vec)
+            n = 2 * (k + j)
+            tps.append((name, tb.start_testpmd(
+                name, [tb.virtio_user(pa, index=n, **kw), tb.virtio_user(pb, index=n + 1, **kw)],
+                "flowgen",
+                args=["--mbuf-size=10240", "--max-pkt-len=9018", "--txpkts=%d" % (SIZES[0] + 4)],
+                eal_args=["--log-level=pmd.net.virtio.init:info", "--force-max-simd-bitwidth=512"],
+                mem_mb=256, nb_mbufs=4096)))
+        tb.wait_connected(["a", "b", "c", "d"])
         info = tb.ports_info()
-        for port in ("a", "b"):
-            feats = int(info[port]["features"], 16)
-            self.assertEqual(bool(feats >> 34 & 1), bool(packed), "%s %s RING_PACKED" % (name, port))
-            self.assertEqual(bool(feats >> 35 & 1), bool(in_order), "%s %s IN_ORDER" % (name, port))
-            self.assertEqual(bool(feats >> 15 & 1), bool(mrg), "%s %s MRG_RXBUF" % (name, port))
-            for v in info[port]["vrings"]:
-                self.assertEqual(v["layout"], "packed" if packed else "split", name)
+        for ((packed, mrg, in_order, vec), ports), (name, _) in zip(group, tps):
+            for port in ports:
+                feats = int(info[port]["features"], 16)
+                self.assertEqual(bool(feats >> 34 & 1), bool(packed), "%s %s RING_PACKED" % (name, port))
+                self.assertEqual(bool(feats >> 35 & 1), bool(in_order), "%s %s IN_ORDER" % (name, port))
+                self.assertEqual(bool(feats >> 15 & 1), bool(mrg), "%s %s MRG_RXBUF" % (name, port))
+                for v in info[port]["vrings"]:
+                    self.assertEqual(v["layout"], "packed" if packed else "split", name)
 
         for i, size in enumerate(SIZES):
             if i:
-                tb.testpmd_cmd(tp, "set txpkts %d" % (size + 4), "start")
+                for _, tp in tps:
+                    tb.testpmd_cmd(tp, "set txpkts %d" % (size + 4), "start")
             start = tb.switch_stats()
-            tb.wait_counter("b", "tx_packets", start["b"]["tx_packets"] + 200, timeout=30)
-            tb.wait_counter("a", "tx_packets", start["a"]["tx_packets"] + 200, timeout=30)
-            tb.testpmd_cmd(tp, "stop")
+            for p in "abcd":
+                tb.wait_counter(p, "tx_packets", start[p]["tx_packets"] + 200, timeout=30)
+            for _, tp in tps:
+                tb.testpmd_cmd(tp, "stop")
             st = tb.wait_quiet(stable_s=0.4)
-            vltest.log("%s %d B: %s" % (name, size, vltest.fmt_stats(
-                {p: {k: (st[p][k] - start[p][k] if k != "drops" else
-                         {d: st[p]["drops"][d] - start[p]["drops"][d] for d in st[p]["drops"]})
-                     for k in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "drops")}
-                 for p in ("a", "b")})))
-            for p in ("a", "b"):
-                rxp, txp = delta(st, start, p, "rx_packets"), delta(st, start, p, "tx_packets")
-                self.assertGreater(txp, 0, "%s %d B: nothing delivered to %s" % (name, size, p))
-                self.assertEqual(delta(st, start, p, "rx_bytes"), size * rxp, "%s %d B %s" % (name, size, p))
-                self.assertEqual(delta(st, start, p, "tx_bytes"), size * txp, "%s %d B %s" % (name, size, p))
-                for k, v in st[p]["drops"].items():
-                    if k != "no_rx_buffer":
-                        self.assertEqual(v - start[p]["drops"][k], 0, "%s %d B %s drops %s" % (name, size, p, k))
+            for (_, ports), (name, _) in zip(group, tps):
+                self.check_size(name, size, ports, start, st)
         # Drain what the switch put into the receive rings after the last stop.
-        tb.testpmd_cmd(tp, "set fwd rxonly", "start")
+        for _, tp in tps:
+            tb.testpmd_cmd(tp, "set fwd rxonly", "start")
         time.sleep(0.5)
         end = tb.switch_stats()
-        res = tb.stop_testpmd(tp)
-        text = res["text"]
-        rx_path, tx_path = expected_paths(packed, mrg, in_order, vec)
-        for port in (0, 1):
-            self.assertIn("virtio: using %s Rx path on port %d" % (rx_path, port), text,
-                          "%s: %s" % (name, re.findall(r"virtio: using .* path on port \d", text)))
-            self.assertIn("virtio: using %s Tx path on port %d" % (tx_path, port), text,
-                          "%s: %s" % (name, re.findall(r"virtio: using .* path on port \d", text)))
-        for port, sw in ((0, "a"), (1, "b")):
-            nic = res["nic"][port]
-            self.assertEqual(nic["RX-errors"], 0, name)
-            self.assertEqual(nic["RX-packets"], delta(end, before, sw, "tx_packets"), "%s port %d" % (name, port))
-            self.assertEqual(nic["RX-bytes"], delta(end, before, sw, "tx_bytes"), "%s port %d" % (name, port))
-            self.assertEqual(nic["TX-packets"], delta(end, before, sw, "rx_packets"), "%s port %d" % (name, port))
-            self.assertEqual(nic["TX-bytes"], delta(end, before, sw, "rx_bytes"), "%s port %d" % (name, port))
+        for ((packed, mrg, in_order, vec), ports), (name, tp) in zip(group, tps):
+            res = tb.stop_testpmd(tp)
+            text = res["text"]
+            rx_path, tx_path = expected_paths(packed, mrg, in_order, vec)
+            found = re.findall(r"virtio: using .* path on port \d", text)
+            for port in (0, 1):
+                self.assertIn("virtio: using %s Rx path on port %d" % (rx_path, port), text,
+                              "%s: %s" % (name, found))
+                self.assertIn("virtio: using %s Tx path on port %d" % (tx_path, port), text,
+                              "%s: %s" % (name, found))
+            vltest.log("%s: %s" % (name, sorted(set(f.rsplit(" on port", 1)[0] for f in found))))
+            for port, sw in ((0, ports[0]), (1, ports[1])):
+                nic = res["nic"][port]
+                self.assertEqual(nic["RX-errors"], 0, name)
+                for tk, sk in (("RX-packets", "tx_packets"), ("RX-bytes", "tx_bytes"),
+                               ("TX-packets", "rx_packets"), ("TX-bytes", "rx_bytes")):
+                    self.assertEqual(nic[tk], delta(end, before, sw, sk),
+                                     "%s port %d %s: %s" % (name, port, tk, nic))
+
+    def check_size(self, name, size, ports, start, st):
+        vltest.log("%s %d B: %s" % (name, size, vltest.fmt_stats(
+            {p: {k: (st[p][k] - start[p][k] if k != "drops" else
+                     {d: st[p]["drops"][d] - start[p]["drops"][d] for d in st[p]["drops"]})
+                 for k in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "drops")}
+             for p in ports})))
+        for p in ports:
+            rxp, txp = delta(st, start, p, "rx_packets"), delta(st, start, p, "tx_packets")
+            self.assertGreater(txp, 0, "%s %d B: nothing delivered to %s" % (name, size, p))
+            self.assertEqual(delta(st, start, p, "rx_bytes"), size * rxp, "%s %d B %s" % (name, size, p))
+            self.assertEqual(delta(st, start, p, "tx_bytes"), size * txp, "%s %d B %s" % (name, size, p))
+            for k, v in st[p]["drops"].items():
+                if k != "no_rx_buffer":
+                    self.assertEqual(v - start[p]["drops"][k], 0,
+                                     "%s %d B %s drops %s" % (name, size, p, k))
 
 
 if __name__ == "__main__":

@@ -153,6 +153,35 @@ TEST_F(PackedQueueTest, IndirectWithoutTheFeatureIsDropped) {
   expect_used(id, 0);
 }
 
+// DPDK's packed TX indirect tables carry WRITE on their header entry: read, not refused.
+// In the ring, and on receive queues, the direction is still enforced.
+TEST_F(PackedQueueTest, WritableEntryInATransmitTableIsRead) {
+  setup(8);
+  const auto bytes = make_frame(80);
+  const uint64_t h = buf(12), f = buf(68);
+  fm.write(h, bytes.data(), 12);
+  fm.write(f, bytes.data() + 12, 68);
+  ChainOpts o;
+  o.indirect = true;
+  const uint16_t id = ring->add_chain({{h, 12, kDescFWrite}, {f, 68, 0}}, o);
+  Chain c{};
+  ASSERT_EQ(pop_tx(&c), PopStatus::kOk);
+  EXPECT_EQ(c.head, id);
+  EXPECT_EQ(gather(*arena, c.seg_begin, c.nsegs), bytes);
+  // A read-only entry in a receive table is refused.
+  const uint16_t id2 = ring->add_chain({{buf(64), 64, kDescFWrite}, {buf(64), 64, 0}}, o);
+  arena->clear();
+  EXPECT_EQ(q.pop<true>(*arena, &c), PopStatus::kBadChain);
+  q.push_used(id, 0, 1);  // after the dropped chain, which pop() returned already
+  q.publish_used();
+  auto u1 = ring->next_used();
+  auto u2 = ring->next_used();
+  ASSERT_TRUE(u1.has_value() && u2.has_value());
+  EXPECT_EQ(u1->id, id2);
+  EXPECT_EQ(u1->len, 0u);
+  EXPECT_EQ(u2->id, id);
+}
+
 // Item 12: tables that are malformed in each way are dropped under their buffer ID, and
 // the ring keeps working.
 TEST_F(PackedQueueTest, MalformedIndirectTablesAreDropped) {
