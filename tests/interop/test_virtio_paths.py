@@ -158,4 +158,4 @@ class VirtioPaths(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    vltest.main(default_timeout=90)
+    vltest.main(default_timeout=230)
