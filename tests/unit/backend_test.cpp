@@ -636,8 +636,8 @@ TEST_F(BackendTest, PackedRingNegotiationAndVringBase) {
   EXPECT_EQ(u->id, id);
 
   // GET_VRING_BASE stops the ring and reports slot 1, wrap counters 1, both sides.
-  ASSERT_TRUE(peer->send(static_cast<uint32_t>(Req::kGetVringBase), kVersion,
-                         &static_cast<const VringState&>(VringState{kTxVring, 0}), sizeof(VringState)));
+  const VringState get{kTxVring, 0};
+  ASSERT_TRUE(peer->send(static_cast<uint32_t>(Req::kGetVringBase), kVersion, &get, sizeof get));
   ASSERT_TRUE(pump()) << why;
   auto rep = peer->recv();
   ASSERT_TRUE(rep.has_value());
