@@ -31,9 +31,11 @@ def rx_pps_series(text, nports):
 class TrafficLoop:
     """The traffic side: testpmd, two virtio-user ports, io forwarding, seeded with a burst."""
 
-    def __init__(self, tb, frame_size, sock_a, sock_b):
-        vdevs = ["net_virtio_user0,path=%s,queues=1,mac=02:00:00:00:00:0a" % sock_a,
-                 "net_virtio_user1,path=%s,queues=1,mac=02:00:00:00:00:0b" % sock_b]
+    def __init__(self, tb, frame_size, sock_a, sock_b, ring="split"):
+        # ring: the virtqueue layout the traffic side's virtio-user ports ask for (packed_vq).
+        extra = ",packed_vq=1" if ring == "packed" else ""
+        vdevs = ["net_virtio_user0,path=%s,queues=1,mac=02:00:00:00:00:0a%s" % (sock_a, extra),
+                 "net_virtio_user1,path=%s,queues=1,mac=02:00:00:00:00:0b%s" % (sock_b, extra)]
         args = ["--tx-first", "--txpkts=%d" % frame_size, "--eth-peer=0,02:00:00:00:00:0b",
                 "--eth-peer=1,02:00:00:00:00:0a"]
         self.p = tb.start_testpmd("gen", vdevs, "io", args=args, stats_period=1,
@@ -53,10 +55,10 @@ class TrafficLoop:
         return statistics.median(samples) / 1e6
 
 
-def run_virtlink(tb, mode, frame_size, warm_s, trial_s):
+def run_virtlink(tb, mode, frame_size, warm_s, trial_s, ring="split"):
     sw = topologies.VirtlinkSwitch(tb, mode)
     socks = sw.start(["a", "b"])
-    gen = TrafficLoop(tb, frame_size, socks["a"], socks["b"])
+    gen = TrafficLoop(tb, frame_size, socks["a"], socks["b"], ring)
     tb.wait_connected(["a", "b"])
     time.sleep(warm_s)
     sw.cycles_begin()
@@ -64,10 +66,10 @@ def run_virtlink(tb, mode, frame_size, warm_s, trial_s):
     return mpps, sw.cycles_end()
 
 
-def run_testpmd_switch(tb, frame_size, warm_s, trial_s):
+def run_testpmd_switch(tb, frame_size, warm_s, trial_s, ring="split"):
     """DPDK testpmd as the switch: two net_vhost ports (server sockets), io forwarding on CPU 1."""
     socks = topologies.TestpmdSwitch(tb).start(["a", "b"])
-    gen = TrafficLoop(tb, frame_size, socks["a"], socks["b"])
+    gen = TrafficLoop(tb, frame_size, socks["a"], socks["b"], ring)
     time.sleep(warm_s)
     return gen.mpps(trial_s), None
 
@@ -88,9 +90,9 @@ def bench(opts, table):
                                                                      size, r + 1))
                 with vltest.Testbed(None) as tb:
                     if sw == "virtlink":
-                        m, c = run_virtlink(tb, mode, size, opts.warm, opts.trial)
+                        m, c = run_virtlink(tb, mode, size, opts.warm, opts.trial, opts.ring)
                     else:
-                        m, c = run_testpmd_switch(tb, size, opts.warm, opts.trial)
+                        m, c = run_testpmd_switch(tb, size, opts.warm, opts.trial, opts.ring)
                 vals.append(m)
                 if c:
                     cpps.append(c["switch"])

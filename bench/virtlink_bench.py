@@ -310,7 +310,8 @@ def loopback_table(results, sizes, configs, opts, traffic):
                 flows=1, frame_size=size, trial_s=opts.trial,
                 cycles_per_packet={"switch": cpp} if cpp else None,
                 mpps=round(med, 4), mpps_runs=[round(v, 4) for v in vals],
-                ratio_to_testpmd=round(ratio, 3) if ratio else None, traffic=traffic))
+                ratio_to_testpmd=round(ratio, 3) if ratio else None, traffic=traffic,
+                ring=getattr(opts, "ring", "split")))
     return rows, lines
 
 
@@ -361,6 +362,10 @@ def main():
                     "seconds before measuring")
     ap.add_argument("--traffic", choices=["gen", "testpmd"], default="gen",
                     help="loopback: traffic side (gen)")
+    ap.add_argument("--ring", choices=["split", "packed"], default="split",
+                    help="loopback: virtqueue layout of the traffic side's rings (packed: "
+                    "testpmd virtio-user with packed_vq=1 is the traffic side, since virtlink "
+                    "gen drives split rings only)")
     ap.add_argument("--plot-dir", default=report.RESULTS_DIR,
                     help="where PNG plots go (bench/results)")
     ap.add_argument("--no-plot", action="store_true")
@@ -411,6 +416,10 @@ def main():
                 "OVS tx-flush-interval set with ovs-vsctl in the same instance." % (
                     opts.precision, opts.trial))
     elif opts.name == "loopback":
+        if opts.ring == "packed" and opts.traffic == "gen":
+            log("loopback --ring packed: virtlink gen drives split rings only; the traffic "
+                "side is testpmd virtio-user (packed_vq=1)")
+            opts.traffic = "testpmd"
         if opts.traffic == "gen":
             core_plan = ("switch under test (virtlink PMD thread or testpmd's forwarding lcore) "
                          "busy-polls on CPU 1; the traffic side (virtlink gen, one thread, "
