@@ -157,6 +157,22 @@ bool load_toml(const std::string& file, SwitchConfig* out, std::string* err) {
         if (!flush.empty()) cfg.port_flush[pc.name] = flush;
         cfg.ports.push_back(pc);
       }
+    } else if (key == "link") {
+      const toml::array* arr = v.as_array();
+      if (!arr) { *err = "'link' must be an array of tables ([[link]])"; return false; }
+      for (auto&& e : *arr) {
+        const toml::table* t = e.as_table();
+        if (!t) { *err = "'link' entries must be tables"; return false; }
+        std::string a, b;
+        for (auto&& [lk, lv] : *t) {
+          const std::string k2(lk.str());
+          if (k2 == "a") { if (!get_str(lv, "a", &a, err)) return false; }
+          else if (k2 == "b") { if (!get_str(lv, "b", &b, err)) return false; }
+          else { *err = fmt::format("unknown link key '{}' (a, b)", k2); return false; }
+        }
+        if (a.empty() || b.empty()) { *err = "every [[link]] needs a and b (port names)"; return false; }
+        cfg.links.emplace_back(a, b);
+      }
     } else {
       *err = fmt::format("{}: unknown key '{}'", file, key);
       return false;
@@ -176,6 +192,17 @@ bool validate(const SwitchConfig& cfg, std::string* err) {
   for (const auto& p : cfg.ports) {
     if (!names.insert(p.name).second) { *err = fmt::format("port name '{}' used twice", p.name); return false; }
     if (!paths.insert(p.path).second) { *err = fmt::format("socket path '{}' used twice", p.path); return false; }
+  }
+  std::set<std::string> linked;
+  for (const auto& [a, b] : cfg.links) {
+    if (!names.count(a) || !names.count(b)) {
+      *err = fmt::format("link {} {}: no such port", a, b);
+      return false;
+    }
+    if (a == b || !linked.insert(a).second || !linked.insert(b).second) {
+      *err = fmt::format("link {} {}: a port can be in one link only, with another port", a, b);
+      return false;
+    }
   }
   if (!dp::parse_flush_policy(cfg.flush, err)) return false;
   for (const auto& [name, policy] : cfg.port_flush) {

@@ -25,6 +25,9 @@ struct SwitchConfig {
   uint32_t mac_aging_s = 300;
   uint32_t burst = 32;
   uint32_t fdb_buckets = 1u << 16;
+  /// Direct links (docs/direct-link.md): {A, B}: the front-end of port B serves port A's
+  /// rings. TOML: [[link]] tables with keys a and b; command line: --link A:B.
+  std::vector<std::pair<std::string, std::string>> links;
 };
 
 /// /run/virtlink/virtlink.ctl for root, $XDG_RUNTIME_DIR/virtlink.ctl otherwise
@@ -37,8 +40,9 @@ std::optional<dp::ForwardMode> parse_forward(const std::string& s);
 std::optional<dp::PmdMode> parse_pmd_mode(const std::string& s);
 
 /// Reads a TOML file into `cfg` (keys: forward, pmd_cores, pmd_mode, pmd_idle_us, flush,
-/// control, mac_aging_s, burst, and [[port]] tables with name, type, path, mtu,
-/// socket_mode, mrg_rxbuf, flush, offloads). Returns false with `*err` on any unknown or invalid key.
+/// control, mac_aging_s, burst, [[port]] tables with name, type, path, mtu,
+/// socket_mode, mrg_rxbuf, flush, offloads, and [[link]] tables with a, b). Returns false
+/// with `*err` on any unknown or invalid key.
 bool load_toml(const std::string& file, SwitchConfig* cfg, std::string* err);
 
 /// Cross-checks a complete configuration (unique names and paths, port count, flush).

@@ -51,6 +51,7 @@ bool Switch::setup(std::string* err) {
   pmds_ = std::make_unique<dp::PmdSet>(&tables_, cfg_.pmd_cores, cfg_.pmd);
   for (uint32_t i = 0; i < cfg_.ports.size(); ++i) {
     ports_.push_back(std::make_unique<port::VhostPort>(i, cfg_.ports[i], pmds_.get()));
+    ports_.back()->set_link_hooks(&links_);
     tables_.ports[i] = ports_.back().get();
     tables_.xc_peer[i] = dp::SwitchTables::kNoPeer;
   }
@@ -110,6 +111,29 @@ bool Switch::setup(std::string* err) {
   ctl_.add("set-flush", [this](const control::Json& a, control::Json* r, std::string* e) {
     return set_flush(a, r, e);
   });
+  auto two_ports = [](const control::Json& args, std::string* a, std::string* b, std::string* err) {
+    const auto it = args.find("argv");
+    if (it == args.end() || !it->is_array() || it->size() != 2 || !(*it)[0].is_string() ||
+        !(*it)[1].is_string()) {
+      *err = "expected two port names: A B (the front-end of B serves A's rings)";
+      return false;
+    }
+    *a = (*it)[0].get<std::string>();
+    *b = (*it)[1].get<std::string>();
+    return true;
+  };
+  ctl_.add("link", [this, two_ports](const control::Json& args, control::Json* r, std::string* err) {
+    std::string a, b;
+    return two_ports(args, &a, &b, err) && links_.link(a, b, r, err);
+  });
+  ctl_.add("unlink", [this, two_ports](const control::Json& args, control::Json* r, std::string* err) {
+    std::string a, b;
+    return two_ports(args, &a, &b, err) && links_.unlink(a, b, r, err);
+  });
+  ctl_.add("links", [this](const control::Json&, control::Json* r, std::string*) {
+    *r = links_.info();
+    return true;
+  });
   ctl_.add("version", [](const control::Json&, control::Json* r, std::string*) {
     *r = {{"version", VIRTLINK_VERSION}};
     return true;
@@ -121,6 +145,10 @@ bool Switch::setup(std::string* err) {
     watch_port(i);
   }
   if (!pmds_->start(err)) return false;
+  for (const auto& [a, b] : cfg_.links) {
+    control::Json r;
+    if (!links_.link(a, b, &r, err)) return false;
+  }
   spdlog::info("virtlink {} switch: {} port(s), forward {}, {} PMD thread(s) in {} mode, control {}",
                VIRTLINK_VERSION, ports_.size(),
                cfg_.forward == dp::ForwardMode::kBridge ? "bridge" : "xconnect",
@@ -153,6 +181,7 @@ void Switch::on_tick() {
       watch_port(i);
     }
   }
+  links_.on_tick();
   static uint32_t last_age = 0;
   if (now - last_age >= 5) {
     last_age = now;
@@ -197,6 +226,7 @@ int Switch::run() {
 }
 
 void Switch::teardown() {
+  links_.shutdown();  // peers unmap; the rings return to the switch before it stops
   if (pmds_) pmds_->stop();  // no PMD thread runs from here on
   for (auto& p : ports_) p->stop();  // rings stopped, memory unmapped, socket files removed
   ctl_.close();
@@ -205,6 +235,7 @@ void Switch::teardown() {
 port::CounterSnapshot Switch::sum_counters(uint32_t p) const {
   port::CounterSnapshot s;
   for (const auto& t : pmds_->threads()) t->forwarder().counters(p).accumulate(s);
+  links_.add_counters(p, s);  // what direct-link peers moved on this port's rings
   return s;
 }
 
@@ -315,6 +346,7 @@ control::Json Switch::ports_info() const {
                    {"protocol_features", hex(b.protocol_features())},
                    {"mapped_bytes", b.memory() ? b.memory()->mapped_bytes() : 0},
                    {"pmd", pmds_->owner_of(i) ? static_cast<int>(pmds_->owner_of(i)->index()) : -1},
+                   {"direct_link", links_.role(i)},
                    {"vrings", vrings}});
   }
   return out;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "app/config.h"
+#include "app/links.h"
 #include "control/control_server.h"
 #include "dp/fdb.h"
 #include "dp/forwarder.h"
@@ -48,6 +49,7 @@ class Switch {
   dp::Fdb fdb_;
   std::unique_ptr<dp::PmdSet> pmds_;
   std::vector<std::unique_ptr<port::VhostPort>> ports_;
+  LinkManager links_{&ports_};
   std::vector<int> watched_fd_;
   control::ControlServer ctl_;
   UniqueFd epoll_, timer_, signal_;

@@ -14,7 +14,7 @@ void add_ctl_command(CLI::App& app, CtlArgs& a) {
   CLI::App* c = app.add_subcommand("ctl", "Query or control a running switch");
   c->add_option("--control", a.control, "control socket (default /run/virtlink/virtlink.ctl)");
   c->add_flag("--json", a.json, "print the reply as JSON");
-  c->add_option("command", a.command, "stats | ports | fdb | pmd-stats | set-flush PORT|all POLICY | version")->required();
+  c->add_option("command", a.command, "stats | ports | fdb | pmd-stats | set-flush PORT|all POLICY | links | link A B | unlink A B | version")->required();
   c->add_option("args", a.args, "command arguments");
 }
 
@@ -74,6 +74,14 @@ void print_pmd(const Json& r) {
   }
 }
 
+void print_link(const Json& l) {
+  // "direct": B's front-end serves A's rings; "switched": the switch forwards A as usual.
+  const std::string why = l["why"].get<std::string>();
+  fmt::print("{} <- {}: {}{}{} (established {}, revoked {})\n", l["a"].get<std::string>(),
+             l["b"].get<std::string>(), l["state"].get<std::string>(), why.empty() ? "" : ": ", why,
+             l["established"].get<uint64_t>(), l["revoked"].get<uint64_t>());
+}
+
 }  // namespace
 
 int run_ctl(const CtlArgs& a) {
@@ -94,6 +102,11 @@ int run_ctl(const CtlArgs& a) {
   else if (a.command == "ports") print_ports(result);
   else if (a.command == "fdb") print_fdb(result);
   else if (a.command == "pmd-stats") print_pmd(result);
+  else if (a.command == "link" || a.command == "unlink") print_link(result);
+  else if (a.command == "links") {
+    if (result.empty()) fmt::print("no links\n");
+    for (const auto& l : result) print_link(l);
+  }
   else fmt::print("{}\n", result.dump(2));
   return 0;
 }

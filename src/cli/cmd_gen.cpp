@@ -26,6 +26,9 @@ void add_gen_command(CLI::App& app, GenArgs& a) {
   g->add_option("--duration", a.duration_s, "seconds of transmission");
   g->add_flag("--unidirectional", a.unidirectional, "only the first port of each pair transmits");
   g->add_flag("--no-learn", a.no_learn, "skip RFC 2889 address learning");
+  g->add_flag("--check-payload", a.check_payload,
+              "verify every received frame (IPv4 checksum and length, payload pattern); "
+              "failures are counted as corrupted, not received");
   g->add_option("--queue-size", a.queue_size, "virtqueue entries (256)");
   g->add_option("--cpu", a.cpu, "pin the generator to this CPU");
   g->add_option("--json", a.json_file, "write the results as JSON");
@@ -163,6 +166,7 @@ int run_gen(const GenArgs& a) {
   c.duration_s = a.duration_s;
   c.unidirectional = a.unidirectional;
   c.learn = !a.no_learn;
+  c.check_payload = a.check_payload;
   c.cpu = a.cpu;
   c.max_lag_slots = a.max_lag;
   gen::Generator g(c);

@@ -28,6 +28,9 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
   s->add_option("--offloads", a.offloads,
                 "on (default): offer CSUM, GUEST_CSUM, TSO4/6, ECN on every port; off: refuse them")
       ->check(CLI::IsMember({"on", "off"}));
+  s->add_option("--link", a.links,
+                "A:B: a direct link, the front-end of port B serves port A's rings "
+                "(docs/direct-link.md; repeatable)");
 }
 
 int run_switch(const SwitchArgs& a) {
@@ -66,6 +69,14 @@ int run_switch(const SwitchArgs& a) {
   if (!a.control.empty()) cfg.control_path = a.control;
   if (a.mac_aging_s) cfg.mac_aging_s = a.mac_aging_s;
   if (a.burst) cfg.burst = a.burst;
+  for (const auto& l : a.links) {
+    const auto colon = l.find(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == l.size()) {
+      spdlog::error("--link '{}': expected A:B (port names)", l);
+      return 2;
+    }
+    cfg.links.emplace_back(l.substr(0, colon), l.substr(colon + 1));
+  }
   if (cfg.burst > dp::kMaxBurst) {
     spdlog::error("--burst {} is above {}", cfg.burst, dp::kMaxBurst);
     return 2;

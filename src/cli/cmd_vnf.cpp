@@ -16,6 +16,9 @@ vnf::Vnf* g_vnf = nullptr;
 void on_signal(int) {
   if (g_vnf) g_vnf->stop();
 }
+void on_usr1(int) {
+  if (g_vnf) g_vnf->request_stats();
+}
 }  // namespace
 
 void add_vnf_command(CLI::App& app, VnfArgs& a) {
@@ -33,6 +36,9 @@ void add_vnf_command(CLI::App& app, VnfArgs& a) {
   v->add_option("--duration", a.duration_s, "stop after this many seconds (default: on SIGINT/SIGTERM)");
   v->add_option("--queue-size", a.queue_size, "virtqueue entries (256)");
   v->add_option("--buf-size", a.buf_size, "bytes per buffer (2048; 9216+ for jumbo frames)");
+  v->add_flag("--no-direct-link", a.no_direct_link,
+              "do not offer to serve direct links (docs/direct-link.md): the ports stay switched");
+  v->footer("SIGUSR1 prints the statistics (JSON, one line) on stdout; they are printed on exit too.");
 }
 
 int run_vnf(const VnfArgs& a) {
@@ -74,6 +80,7 @@ int run_vnf(const VnfArgs& a) {
   c.duration_s = a.duration_s;
   c.queue_size = a.queue_size;
   c.buf_size = a.buf_size;
+  c.direct_link = !a.no_direct_link;
   vnf::Vnf v(c);
   std::string err;
   if (!v.open(&err)) {
@@ -85,6 +92,9 @@ int run_vnf(const VnfArgs& a) {
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  struct sigaction su {};
+  su.sa_handler = on_usr1;
+  sigaction(SIGUSR1, &su, nullptr);
   spdlog::info("vnf: forwarding ({} mode, {})", a.mode, a.pmd_mode);
   v.run();
   g_vnf = nullptr;

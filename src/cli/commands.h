@@ -19,6 +19,7 @@ struct SwitchArgs {
   uint32_t pmd_idle_us = 0;
   uint32_t mac_aging_s = 0;
   uint32_t burst = 0;
+  std::vector<std::string> links;  ///< A:B
 };
 void add_switch_command(CLI::App& app, SwitchArgs& a);
 int run_switch(const SwitchArgs& a);
@@ -42,6 +43,7 @@ struct GenArgs {
   double duration_s = 1;
   bool unidirectional = false;
   bool no_learn = false;
+  bool check_payload = false;
   uint32_t queue_size = 256;
   int cpu = -1;
   std::string json_file;
@@ -59,6 +61,7 @@ struct VnfArgs {
   double duration_s = 0;
   uint32_t queue_size = 256;
   uint32_t buf_size = 2048;
+  bool no_direct_link = false;
 };
 void add_vnf_command(CLI::App& app, VnfArgs& a);
 int run_vnf(const VnfArgs& a);

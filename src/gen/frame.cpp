@@ -47,6 +47,20 @@ void build_frame(uint8_t* out, uint32_t len, const FlowSpec& spec, uint32_t flow
   uint8_t* t = out + kTrailerOff;
   std::memcpy(t, &kMagic, 2);
   std::memcpy(t + 2, &stream, 4);
+  for (uint32_t i = kMinFrame; i < len; ++i) out[i] = payload_byte(i - kMinFrame);
+}
+
+bool payload_intact(const uint8_t* f, uint32_t len) {
+  if (len < kMinFrame || f[12] != 0x08 || f[13] != 0x00) return false;
+  const uint8_t* ip = f + kEthLen;
+  if (((uint32_t{ip[2]} << 8) | ip[3]) + kEthLen != len) return false;
+  uint32_t s = 0;
+  for (int i = 0; i < 20; i += 2) s += (uint32_t{ip[i]} << 8) | ip[i + 1];
+  while (s >> 16) s = (s & 0xffff) + (s >> 16);
+  if (s != 0xffff) return false;
+  for (uint32_t i = kMinFrame; i < len; ++i)
+    if (f[i] != payload_byte(i - kMinFrame)) return false;
+  return true;
 }
 
 void patch_flow(uint8_t* out, const FlowSpec& spec, uint32_t flow) {

@@ -27,7 +27,8 @@ struct FlowSpec {
 };
 
 /// Writes a complete frame of `len` bytes (kMinFrame..kMaxFrame) for flow `flow` into
-/// `out`, with the trailer's sequence and timestamp zero (patched by stamp()).
+/// `out`, with the trailer's sequence and timestamp zero (patched by stamp()) and the
+/// payload behind the trailer filled with payload_byte(0, 1, ...).
 void build_frame(uint8_t* out, uint32_t len, const FlowSpec& spec, uint32_t flow,
                  uint32_t stream);
 
@@ -58,6 +59,14 @@ inline bool parse_trailer(const uint8_t* frame, uint32_t len, Trailer* t) {
   std::memcpy(&t->tsc, frame + kTrailerOff + 14, 8);
   return true;
 }
+
+/// The byte build_frame() puts at offset `off` of the payload behind the trailer.
+inline uint8_t payload_byte(uint32_t off) { return static_cast<uint8_t>(off * 7 + 0x5a); }
+
+/// Checks a received frame of ours end to end: IPv4 header checksum, IPv4 total length
+/// against the frame length, and every payload byte behind the trailer (build_frame's
+/// pattern). False if any byte differs (a frame corrupted or truncated on its way).
+bool payload_intact(const uint8_t* frame, uint32_t len);
 
 /// A 64-byte learning frame (RFC 2889 address learning): broadcast destination, source
 /// MAC `mac`, so a bridge learns `mac` on the port it arrives from.

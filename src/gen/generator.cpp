@@ -57,6 +57,8 @@ nlohmann::json GenResult::to_json() const {
           {"ceiling_mpps", ceiling_mpps},
           {"foreign_frames", foreign_frames},
           {"fragmented", fragmented},
+          {"payload_checked", payload_checked},
+          {"corrupted", corrupted},
           {"learn_incomplete", learn_incomplete},
           {"elapsed_s", elapsed_s}};
 }
@@ -218,7 +220,7 @@ GenResult Generator::run() {
                   tag | static_cast<uint32_t>(&t - tx.data()));
     }
   }
-  uint64_t foreign = 0;
+  uint64_t foreign = 0, corrupted = 0;
   uint64_t tx_cycles = 0, tx_frames = 0;
   const uint64_t start = rdtsc();
   const uint64_t end = start + static_cast<uint64_t>(cfg_.duration_s * clock_.hz());
@@ -315,7 +317,9 @@ GenResult Generator::run() {
         uint32_t si = 0;
         if (parse_trailer(fr, len, &tr) && (tr.stream & ~0xffffu) == tag &&
             (si = tr.stream & 0xffffu) < tx.size() && tx[si].peer == p) {
-          if (seq[si].on_frame(tr.seq))
+          if (cfg_.check_payload && !payload_intact(fr, len)) [[unlikely]] {
+            ++corrupted;
+          } else if (seq[si].on_frame(tr.seq))
             lat[si].record(rx_now > tr.tsc ? static_cast<uint64_t>(clock_.ns(rx_now - tr.tsc)) : 0);
         } else {
           ++foreign;
@@ -354,6 +358,8 @@ GenResult Generator::run() {
     res.streams.push_back(r);
   }
   res.foreign_frames = foreign;
+  res.payload_checked = cfg_.check_payload;
+  res.corrupted = corrupted;
   for (auto& p : ports_) res.fragmented += p.fragmented();
   res.tx_cycles_per_packet =
       tx_frames ? static_cast<double>(tx_cycles) / static_cast<double>(tx_frames) : 0;

@@ -44,6 +44,8 @@ struct GenConfig {
   uint32_t max_lag_slots = 0;
   double learn_timeout_s = 2.0;
   int cpu = -1;
+  /// Verify every received frame of ours (gen/frame.h payload_intact); costs receive time.
+  bool check_payload = false;
 };
 
 struct StreamResult {
@@ -71,6 +73,8 @@ struct GenResult {
   double ceiling_mpps = 0;          ///< one core's rate at that cost
   uint64_t foreign_frames = 0;      ///< received frames without our trailer (e.g. flooding)
   uint64_t fragmented = 0;
+  bool payload_checked = false;
+  uint64_t corrupted = 0;  ///< frames of ours whose payload check failed (check_payload)
   uint64_t learn_incomplete = 0;  ///< learning frames the switch did not take in time
   double duration_s = 0;          ///< the transmission period asked for
   double elapsed_s = 0;

@@ -164,6 +164,9 @@ void VhostPort::drop_connection(const std::string& why) {
 }
 
 void VhostPort::pause_datapath() {
+  // A change of this port's rings or memory: a direct link that uses them is revoked first
+  // (the peer unmaps and hands the rings back), so no two devices ever serve one ring.
+  if (pause_depth_ == 0 && !in_link_op_ && link_hooks_) link_hooks_->port_changing(id_);
   if (pause_depth_++ > 0) return;
   active_.store(false, std::memory_order_seq_cst);
   quiescer_->wait_quiescent();
@@ -173,6 +176,12 @@ void VhostPort::pause_datapath() {
   }
 }
 
+uint32_t VhostPort::max_frame() const {
+  uint32_t mtu = backend_.mtu();
+  if (cfg_.mtu && (!mtu || cfg_.mtu < mtu)) mtu = cfg_.mtu;
+  return mtu ? mtu + kEthHdrLen + 4 /* one VLAN tag */ : kMaxFrameLen;
+}
+
 void VhostPort::resume_datapath() {
   if (--pause_depth_ > 0) return;
   const vhost::Vring& rx = backend_.vring(vhost::kRxVring);
@@ -180,19 +189,18 @@ void VhostPort::resume_datapath() {
   PortDp d;
   auto& rxv = const_cast<vhost::Vring&>(rx);
   auto& txv = const_cast<vhost::Vring&>(tx);
-  d.rxq = rx.ready && !rx.packed ? &rxv.q : nullptr;
-  d.txq = tx.ready && !tx.packed ? &txv.q : nullptr;
-  d.rxq_packed = rx.ready && rx.packed ? &rxv.pq : nullptr;
-  d.txq_packed = tx.ready && tx.packed ? &txv.pq : nullptr;
+  const bool on = !linked_away_;  // linked away: a direct-link peer serves the rings
+  d.rxq = on && rx.ready && !rx.packed ? &rxv.q : nullptr;
+  d.txq = on && tx.ready && !tx.packed ? &txv.q : nullptr;
+  d.rxq_packed = on && rx.ready && rx.packed ? &rxv.pq : nullptr;
+  d.txq_packed = on && tx.ready && tx.packed ? &txv.pq : nullptr;
   d.hdr_len = net_hdr_len(backend_.features());
   d.mrg_rxbuf = has(backend_.features(), kNetFMrgRxbuf);
   d.features = backend_.features();
-  uint32_t mtu = backend_.mtu();
-  if (cfg_.mtu && (!mtu || cfg_.mtu < mtu)) mtu = cfg_.mtu;
-  d.max_frame = mtu ? mtu + kEthHdrLen + 4 /* one VLAN tag */ : kMaxFrameLen;
+  d.max_frame = max_frame();
   d.kickless = d.has_txq() && !tx.kick.valid();
   dp_ = d;
-  kick_fd_ = tx.ready ? tx.kick.get() : -1;
+  kick_fd_ = d.has_txq() ? tx.kick.get() : -1;
   if (kick_fd_ >= 0) quiescer_->set_kick_fd(id_, -1, kick_fd_);
   active_.store(d.has_rxq() || d.has_txq(), std::memory_order_seq_cst);
   quiescer_->ports_changed();

@@ -29,6 +29,14 @@ struct VhostPortConfig {
   bool offloads = true;         ///< offer CSUM/GUEST_CSUM/TSO/ECN (offload::kOffloadFeatures)
 };
 
+/// Told before a port's rings or memory change, so that a direct link serving that port's
+/// rings (or served by its front-end) is revoked first (app/links.h).
+class LinkHooks {
+ public:
+  virtual ~LinkHooks() = default;
+  virtual void port_changing(uint32_t port) = 0;
+};
+
 class VhostPort final : public vhost::DeviceHost {
  public:
   VhostPort(uint32_t id, VhostPortConfig cfg, Quiescer* q);
@@ -60,6 +68,26 @@ class VhostPort final : public vhost::DeviceHost {
   bool active() const { return active_.load(std::memory_order_acquire); }
   const PortDp& dp() const { return dp_; }
 
+  // ---- Direct links (app/links.h) ----
+  void set_link_hooks(LinkHooks* h) { link_hooks_ = h; }
+  /// Pause/resume for the link manager's own changes (no hook call).
+  void pause_for_link() {
+    ++in_link_op_;
+    pause_datapath();
+  }
+  void resume_for_link() {
+    resume_datapath();
+    --in_link_op_;
+  }
+  /// While set (between pause_for_link and resume_for_link), the port is out of the
+  /// switched path: no PMD thread polls or fills its rings; a direct-link peer serves them.
+  void set_linked_away(bool on) { linked_away_ = on; }
+  bool linked_away() const { return linked_away_; }
+  vhost::Backend& backend_for_link() { return backend_; }
+  /// Largest frame the port's front-end may receive (bytes): its MTU or ours, plus an
+  /// Ethernet header and one VLAN tag.
+  uint32_t max_frame() const;
+
   // DeviceHost
   void pause_datapath() override;
   void resume_datapath() override;
@@ -83,6 +111,9 @@ class VhostPort final : public vhost::DeviceHost {
   uint64_t hold_until_s_ = 0;  ///< CLOCK_MONOTONIC seconds; accept/connect only from then
   bool retry_logged_ = false;
   uint64_t connects_ = 0;
+  LinkHooks* link_hooks_ = nullptr;
+  int in_link_op_ = 0;
+  bool linked_away_ = false;
 };
 
 }  // namespace vl::port

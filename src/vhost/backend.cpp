@@ -1,6 +1,7 @@
 #include "vhost/backend.h"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 
 #include <fmt/format.h>
 
@@ -43,6 +44,7 @@ constexpr Spec kSpecs[] = {
     {Req::kSetVringEnable, sizeof(VringState), 0, &Backend::h_set_vring_enable},
     {Req::kSendRarp, 8, 0, &Backend::h_send_rarp},
     {Req::kNetSetMtu, 8, 0, &Backend::h_net_set_mtu},
+    {static_cast<Req>(kReqVlLinkChannel), 0, 0, &Backend::h_vl_link_channel},
 };
 
 const Spec* find_spec(uint32_t request) {
@@ -70,7 +72,8 @@ BackendOptions BackendOptions::defaults() {
   o.features = bit(kFVersion1) | bit(kNetFMrgRxbuf) | bit(kRingFEventIdx) |
                bit(kRingFIndirectDesc) | bit(kNetFMtu) | bit(kFProtocolFeatures) |
                kOffloadFeatures | bit(kFRingPacked) | bit(kFInOrder);
-  o.protocol_features = bit(kProtoMq) | bit(kProtoReplyAck) | bit(kProtoMtu) | bit(kProtoRarp);
+  o.protocol_features = bit(kProtoMq) | bit(kProtoReplyAck) | bit(kProtoMtu) | bit(kProtoRarp) |
+                        bit(kProtoVlDirectLink);
   o.queue_pairs = 1;
   return o;
 }
@@ -126,7 +129,9 @@ bool Backend::dispatch(Message& m, std::string* why) {
   }
   spdlog::debug("vhost-user: {} ok", req_name(req));
   if (r.has_payload) {
-    if (!chan_.send(req, kVersion | kFlagReply, r.payload, r.size)) {
+    const int rfd = r.fd.get();
+    if (!chan_.send(req, kVersion | kFlagReply, r.payload, r.size, rfd >= 0 ? &rfd : nullptr,
+                    rfd >= 0 ? 1 : 0)) {
       *why = "could not send a reply";
       return false;
     }
@@ -209,6 +214,11 @@ bool Backend::h_set_mem_table(Message& m, Reply& r) {
   if (!mem->build(regions, fds, n, &err)) return fail(r, err);  // old table kept
   host_->pause_datapath();
   mem_ = std::move(mem);  // the old table is unmapped here, with no thread using it
+  for (uint32_t i = 0; i < GuestMemory::kMaxRegions; ++i) {
+    // Kept for direct links (docs/direct-link.md), which hand A's regions to B.
+    mem_fds_[i] = i < n ? std::move(m.fds[i]) : UniqueFd();
+    mem_regions_[i] = i < n ? regions[i] : MemRegionDesc{};
+  }
   for (Vring& v : vrings_) v.detach();
   refresh();
   host_->resume_datapath();
@@ -355,6 +365,27 @@ bool Backend::h_net_set_mtu(Message& m, Reply& r) {
   return true;
 }
 
+bool Backend::h_vl_link_channel(Message&, Reply& r) {
+  if (!has(proto_features_, kProtoVlDirectLink)) return fail(r, "direct links not negotiated");
+  if (link_chan_.valid()) return fail(r, "the link channel was already given");
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    return fail(r, "socketpair failed");
+  // Ours stays non-blocking: the control thread polls it with a timeout (app/links.cpp).
+  fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK);
+  link_chan_.reset(sv[0]);
+  r.set_u64(0);
+  r.fd.reset(sv[1]);  // B's end, sent with the reply
+  return true;
+}
+
+void Backend::restart_vring(uint32_t i, uint16_t base) {
+  if (i >= kNumVrings) return;
+  vrings_[i].base = base;
+  vrings_[i].detach();
+  refresh();
+}
+
 void Backend::refresh() {
   // vhost-user.rst "Ring states": without VHOST_USER_F_PROTOCOL_FEATURES rings start enabled;
   // with it, they stay disabled until SET_VRING_ENABLE.
@@ -454,6 +485,8 @@ void Backend::reset_device() {
     v.why_not = "not connected";
   }
   mem_.reset();
+  for (auto& f : mem_fds_) f.reset();
+  link_chan_.reset();
   features_ = 0;
   features_set_ = false;
   proto_features_ = 0;

@@ -18,6 +18,7 @@
 
 #include "util/fd.h"
 #include "vhost/channel.h"
+#include "vhost/link_protocol.h"
 #include "vhost/protocol.h"
 #include "virtio/device_queue.h"
 #include "virtio/packed_device_queue.h"
@@ -134,6 +135,18 @@ class Backend {
   bool h_set_vring_enable(Message&, Reply&);
   bool h_send_rarp(Message&, Reply&);
   bool h_net_set_mtu(Message&, Reply&);
+  bool h_vl_link_channel(Message&, Reply&);
+
+  // ---- Direct links (docs/direct-link.md; app/links.cpp uses these) ----
+  /// The switch's end of the link channel this front-end asked for, or -1.
+  int link_channel_fd() const { return link_chan_.get(); }
+  /// The fds of the current memory table (kept so a direct link can hand them on), in
+  /// region order; -1 past region_count().
+  int mem_fd(uint32_t i) const { return i < virtio::GuestMemory::kMaxRegions ? mem_fds_[i].get() : -1; }
+  const virtio::MemRegionDesc& mem_region(uint32_t i) const { return mem_regions_[i]; }
+  /// Re-binds vring `i` at avail index `base` (after a direct link served it; the used
+  /// index is read from the ring). Call with the datapath paused.
+  void restart_vring(uint32_t i, uint16_t base);
 
   /// Outcome of a handler: an optional payload to send back.
   struct Reply {
@@ -141,6 +154,7 @@ class Backend {
     uint8_t payload[16];
     uint32_t size = 0;
     std::string error;  ///< why the handler failed
+    UniqueFd fd;        ///< an fd sent with the reply payload (closed after sending)
     void set_u64(uint64_t v) {
       has_payload = true;
       size = 8;
@@ -176,6 +190,9 @@ class Backend {
   uint8_t rarp_mac_[6] = {};
   bool rarp_mac_set_ = false;
   uint64_t messages_ = 0;
+  UniqueFd mem_fds_[virtio::GuestMemory::kMaxRegions];       ///< fds of mem_'s regions
+  virtio::MemRegionDesc mem_regions_[virtio::GuestMemory::kMaxRegions] = {};
+  UniqueFd link_chan_;  ///< the switch's end of the direct-link channel
 };
 
 }  // namespace vl::vhost

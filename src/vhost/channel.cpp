@@ -82,7 +82,7 @@ ReadStatus Channel::read(std::string* err) {
       for (size_t i = 0; i < k; ++i) {
         int fd;
         std::memcpy(&fd, fds + i, sizeof fd);
-        if (untrusted_fd_is_socket(fd)) {
+        if (!accept_sockets_ && untrusted_fd_is_socket(fd)) {
           ::close(fd);
           socket_fd = true;
         } else if (msg_.nfds < kMaxFds) {

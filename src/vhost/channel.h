@@ -65,6 +65,10 @@ class Channel {
   /// Waits up to `timeout_ms` for one whole message.
   ReadStatus read_wait(int timeout_ms, std::string* err);
   Message& message() { return msg_; }
+  /// Lets read() accept a socket among the fds (refused by default: see channel.cpp). Only
+  /// a front-end turns it on, to receive the direct-link channel from its back-end
+  /// (vhost/link_protocol.h); a back-end never does.
+  void accept_sockets(bool on) { accept_sockets_ = on; }
 
   /// Sends one message with up to kMaxFds fds. Waits up to 1 s for socket space.
   bool send(uint32_t request, uint32_t flags, const void* payload, uint32_t size,
@@ -75,6 +79,7 @@ class Channel {
   Message msg_;
   uint32_t have_ = 0;  ///< bytes of the current message received (header + payload)
   bool failed_ = false;  ///< read() returned kError: the stream is out of step until close()
+  bool accept_sockets_ = false;
 };
 
 }  // namespace vl::vhost

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "util/unix_socket.h"
+#include "vhost/link_protocol.h"
 
 namespace vl::vhost {
 
@@ -121,7 +122,8 @@ bool Frontend::start(DriverMemory& mem, DriverQueue& rxq, DriverQueue& txq, std:
   if (offered & bit(kFProtocolFeatures)) {
     uint64_t p = 0;
     if (!request(Req::kGetProtocolFeatures, nullptr, 0, nullptr, 0, &p, err)) return false;
-    const uint64_t want = p & (bit(kProtoReplyAck) | bit(kProtoMq));
+    const uint64_t want = p & (bit(kProtoReplyAck) | bit(kProtoMq) |
+                               (opts_.direct_link ? bit(kProtoVlDirectLink) : 0));
     if (!request(Req::kSetProtocolFeatures, &want, 8, nullptr, 0, nullptr, err)) return false;
     proto_ = want;
   }
@@ -163,6 +165,36 @@ bool Frontend::start(DriverMemory& mem, DriverQueue& rxq, DriverQueue& txq, std:
       if (!request(Req::kSetVringEnable, &en, sizeof en, nullptr, 0, nullptr, err)) return false;
     }
   }
+  if (proto_ & bit(kProtoVlDirectLink)) return request_link_channel(err);
+  return true;
+}
+
+bool Frontend::request_link_channel(std::string* err) {
+  if (!chan_.send(kReqVlLinkChannel, kVersion, nullptr, 0)) {
+    *err = "link channel request: send failed";
+    return false;
+  }
+  chan_.accept_sockets(true);  // the reply carries a socket: our back-end's, trusted for this
+  const ReadStatus st = chan_.read_wait(opts_.timeout_ms, err);
+  chan_.accept_sockets(false);
+  if (st != ReadStatus::kMessage) {
+    *err = fmt::format("link channel request: no reply ({})", *err);
+    return false;
+  }
+  Message& m = chan_.message();
+  uint64_t v = 1;
+  if (m.hdr.request != kReqVlLinkChannel || !(m.hdr.flags & kFlagReply) || !m.get(&v) || v != 0 ||
+      m.nfds != 1) {
+    *err = "link channel request: malformed reply";
+    return false;
+  }
+  struct stat sb;
+  if (fstat(m.fds[0].get(), &sb) != 0 || !S_ISSOCK(sb.st_mode)) {
+    *err = "link channel request: the fd is not a socket";
+    return false;
+  }
+  link_chan_ = std::move(m.fds[0]);
+  m.nfds = 0;
   return true;
 }
 

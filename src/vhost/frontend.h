@@ -20,6 +20,8 @@ struct FrontendOptions {
   int timeout_ms = 10000;     ///< connect retries / accept wait / each reply
   /// Features we would like; the negotiated set is this AND what the back-end offers.
   uint64_t features = 0;
+  /// Ask for the direct-link channel (vhost/link_protocol.h) when the back-end offers it.
+  bool direct_link = false;
   /// The default wish: VERSION_1, MRG_RXBUF, EVENT_IDX, PROTOCOL_FEATURES.
   static uint64_t default_features();
 };
@@ -39,6 +41,9 @@ class Frontend {
   int kick_fd(uint32_t vring) const { return kick_[vring].get(); }
   int call_fd(uint32_t vring) const { return call_[vring].get(); }
   bool connected() const { return chan_.open(); }
+  /// Our end of the direct-link channel (FrontendOptions::direct_link and a back-end that
+  /// offered it), handed over once; an invalid fd otherwise.
+  UniqueFd take_link_channel() { return std::move(link_chan_); }
 
   /// Sends one request; with `reply` waits for the u64 reply (GET_* requests), else, when
   /// REPLY_ACK was negotiated, waits for the ack and fails on a non-zero one.
@@ -53,6 +58,8 @@ class Frontend {
   uint64_t features_ = 0;
   uint64_t proto_ = 0;
   UniqueFd kick_[2], call_[2];
+  UniqueFd link_chan_;
+  bool request_link_channel(std::string* err);
 };
 
 }  // namespace vl::vhost

@@ -4,10 +4,13 @@
 #include <sys/eventfd.h>
 #include <time.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include <fmt/format.h>
 
+#include "gen/tsc_clock.h"
+#include "port/port.h"
 #include "util/cpuset.h"
 
 namespace vl::vnf {
@@ -21,6 +24,8 @@ void put_mac(uint8_t* p, uint64_t mac) {
 }  // namespace
 
 bool Vnf::open(std::string* err) {
+  tsc_hz_ = gen::TscClock::calibrate(20).hz();
+  if (cfg_.burst > kMaxVnfBurst) cfg_.burst = kMaxVnfBurst;
   const uint32_t n = cfg_.queue_size;
   // Both receive queues full, both transmit queues full, and slack.
   const uint32_t bufs = 4 * n + 64;
@@ -33,10 +38,12 @@ bool Vnf::open(std::string* err) {
     o.path = cfg_.ports[p].path;
     o.server = cfg_.ports[p].server;
     o.features = vhost::FrontendOptions::default_features();
+    o.direct_link = cfg_.direct_link;
     if (!fe_[p].connect(o, err) || !fe_[p].start(mem_, rxq_[p], txq_[p], err)) {
       *err = fmt::format("port {}: {}", p, *err);
       return false;
     }
+    link_[p].set_channel(fe_[p].take_link_channel());
     // Buffers go out of the other port as they came in: both need the same header size.
     if (p == 1 && fe_[1].hdr_len() != hdr_len_) {
       *err = fmt::format("the ports negotiated different virtio-net header sizes ({} and {})",
@@ -54,7 +61,57 @@ bool Vnf::open(std::string* err) {
 }
 
 void Vnf::close() {
+  // Links first: unmap the peers' memory and close the channels (the switch sees them close
+  // and resumes switching the peers) before our own rings stop.
+  for (auto& l : link_) {
+    l.stop();
+    l.set_channel(UniqueFd());
+  }
   for (auto& f : fe_) f.stop();
+}
+
+namespace {
+void rewrite(Mode mode, uint8_t* f, const VnfPortConfig& out) {
+  switch (mode) {
+    case Mode::kIo: break;
+    case Mode::kMacswap: {
+      uint8_t t[6];
+      std::memcpy(t, f, 6);
+      std::memmove(f, f + 6, 6);
+      std::memcpy(f + 6, t, 6);
+      break;
+    }
+    case Mode::kL2fwd:
+      put_mac(f, out.peer_mac);
+      put_mac(f + 6, out.mac);
+      break;
+  }
+}
+}  // namespace
+
+void Vnf::send(uint32_t in, uint32_t out, const uint32_t* bufs, const uint32_t* lens, uint32_t n) {
+  VnfCounters& c = c_[in];
+  if (link_[out].active()) {
+    // Port `out` serves a direct link: one copy, from our buffer into the peer's receive
+    // buffer (the switch is not involved).
+    for (uint32_t i = 0; i < n; ++i) {
+      if (link_[out].deliver(pool_.data(bufs[i]) + hdr_len_, lens[i] - hdr_len_)) ++c.tx;
+      else ++c.drop_link;
+      pool_.put(bufs[i]);
+    }
+    link_[out].flush();
+    return;
+  }
+  DriverQueue& tx = txq_[out];
+  for (uint32_t i = 0; i < n; ++i) {
+    if (!tx.add(pool_.gpa(bufs[i]), lens[i], false, bufs[i])) {
+      ++c.drop_tx_full;
+      pool_.put(bufs[i]);
+      continue;
+    }
+    ++c.tx;
+  }
+  tx.publish();
 }
 
 uint32_t Vnf::forward(uint32_t in) {
@@ -65,7 +122,8 @@ uint32_t Vnf::forward(uint32_t in) {
   // Buffers the other side has sent go back to the pool, then to our receive queue.
   uint32_t b = 0, len = 0;
   while (tx.get_used(&b, &len)) pool_.put(b);
-  uint32_t got = 0;
+  uint32_t got = 0, n = 0;
+  uint32_t bufs[kMaxVnfBurst], lens[kMaxVnfBurst];
   while (got < cfg_.burst && rx.get_used(&b, &len)) {
     ++got;
     uint8_t* p = pool_.data(b);
@@ -76,31 +134,14 @@ uint32_t Vnf::forward(uint32_t in) {
       pool_.put(b);
       continue;
     }
-    uint8_t* f = p + hdr_len_;
-    switch (cfg_.mode) {
-      case Mode::kIo: break;
-      case Mode::kMacswap: {
-        uint8_t t[6];
-        std::memcpy(t, f, 6);
-        std::memmove(f, f + 6, 6);
-        std::memcpy(f + 6, t, 6);
-        break;
-      }
-      case Mode::kL2fwd:
-        put_mac(f, cfg_.ports[out].peer_mac);
-        put_mac(f + 6, cfg_.ports[out].mac);
-        break;
-    }
+    rewrite(cfg_.mode, p + hdr_len_, cfg_.ports[out]);
     std::memset(p, 0, hdr_len_);  // no offloads requested on transmit
-    if (!tx.add(pool_.gpa(b), len, false, b)) {
-      ++c.drop_tx_full;
-      pool_.put(b);
-      continue;
-    }
-    ++c.tx;
+    bufs[n] = b;
+    lens[n] = len;
+    ++n;
   }
   c.rx += got;
-  tx.publish();
+  if (n) send(in, out, bufs, lens, n);
   // Refill our receive queue from the pool.
   uint32_t refilled = 0;
   while (rx.free_descs() && pool_.get(&b)) {
@@ -108,22 +149,50 @@ uint32_t Vnf::forward(uint32_t in) {
     ++refilled;
   }
   if (refilled) rx.publish();
+  if (link_[in].active()) got += forward_from_link(in);
   return got;
 }
 
+uint32_t Vnf::forward_from_link(uint32_t in) {
+  const uint32_t out = in ^ 1;
+  uint32_t bufs[kMaxVnfBurst], lens[kMaxVnfBurst];
+  const uint32_t n = link_[in].receive(pool_, hdr_len_, bufs, lens, cfg_.burst);
+  for (uint32_t i = 0; i < n; ++i) rewrite(cfg_.mode, pool_.data(bufs[i]) + hdr_len_, cfg_.ports[out]);
+  c_[in].rx += n;
+  if (n) send(in, out, bufs, lens, n);
+  return n;
+}
+
 bool Vnf::sleep_until_traffic() {
-  for (int p = 0; p < 2; ++p) rxq_[p].set_interrupts(true);
-  if (rxq_[0].has_used() || rxq_[1].has_used()) {
-    for (int p = 0; p < 2; ++p) rxq_[p].set_interrupts(false);
+  for (int p = 0; p < 2; ++p) {
+    rxq_[p].set_interrupts(true);
+    link_[p].set_tx_kicks(true);
+  }
+  auto quiet = [&] {
+    for (int p = 0; p < 2; ++p) {
+      rxq_[p].set_interrupts(false);
+      link_[p].set_tx_kicks(false);
+    }
+  };
+  if (rxq_[0].has_used() || rxq_[1].has_used() || link_[0].tx_pending() || link_[1].tx_pending()) {
+    quiet();
     return false;
   }
-  pollfd fds[2] = {{rxq_[0].call_fd(), POLLIN, 0}, {rxq_[1].call_fd(), POLLIN, 0}};
-  poll(fds, 2, 100);
+  pollfd fds[6];
+  nfds_t nf = 0;
+  for (int p = 0; p < 2; ++p) {
+    fds[nf++] = {rxq_[p].call_fd(), POLLIN, 0};
+    if (link_[p].kick_fd() >= 0) fds[nf++] = {link_[p].kick_fd(), POLLIN, 0};
+    if (link_[p].has_channel()) fds[nf++] = {link_[p].channel_fd(), POLLIN, 0};
+  }
+  poll(fds, nf, 100);
   uint64_t v;
-  for (auto& f : fds)
-    if (f.revents & POLLIN) eventfd_read(f.fd, &v);
+  for (nfds_t i = 0; i < nf; ++i) {
+    const bool chan = fds[i].fd == link_[0].channel_fd() || fds[i].fd == link_[1].channel_fd();
+    if ((fds[i].revents & POLLIN) && !chan) eventfd_read(fds[i].fd, &v);
+  }
   ++sleeps_;
-  for (int p = 0; p < 2; ++p) rxq_[p].set_interrupts(false);
+  quiet();
   return true;
 }
 
@@ -133,9 +202,27 @@ void Vnf::run() {
   clock_gettime(CLOCK_MONOTONIC, &t0);
   uint64_t idle = 0;
   for (uint64_t pass = 0; !stop_.load(std::memory_order_relaxed); ++pass) {
+    const uint64_t c0 = gen::rdtsc();
     const uint32_t got = forward(0) + forward(1);
+    if (got) {
+      busy_cycles_ += gen::rdtsc() - c0;
+      busy_packets_ += got;
+    }
+    ++passes_;
     idle = got ? 0 : idle + 1;
     const bool slept = cfg_.interrupt && idle > 64 && sleep_until_traffic();
+    // Link requests from the switch: looked at every 256 passes and after every sleep (one
+    // non-blocking read; the switch waits up to a second for a reply).
+    if ((pass & 255) == 0 || slept) {
+      for (auto& l : link_) {
+        if (l.has_channel()) l.service();
+      }
+    }
+    if (stats_requested_.load(std::memory_order_relaxed)) [[unlikely]] {
+      stats_requested_.store(false, std::memory_order_relaxed);
+      fmt::print("{}\n", stats().dump());
+      std::fflush(stdout);
+    }
     // The clock is read every 4096 passes, and after every sleep (an idle VNF in interrupt
     // mode makes a pass per wake-up, up to 100 ms each).
     if (cfg_.duration_s > 0 && ((pass & 4095) == 0 || slept)) {
@@ -155,9 +242,35 @@ nlohmann::json Vnf::stats() const {
                      {"rx", c_[p].rx},
                      {"forwarded", c_[p].tx},
                      {"drop_tx_full", c_[p].drop_tx_full},
-                     {"drop_fragmented", c_[p].drop_fragmented}});
+                     {"drop_fragmented", c_[p].drop_fragmented},
+                     {"drop_link", c_[p].drop_link}});
   }
-  return {{"ports", ports}, {"sleeps", sleeps_}};
+  nlohmann::json links = nlohmann::json::array();
+  auto counters = [](const vhost::LinkCounters& k) {
+    nlohmann::json drops = nlohmann::json::object();
+    for (uint32_t d = 0; d < port::kNumDrops; ++d)
+      drops[port::drop_name(static_cast<port::Drop>(d))] = k.drops[d];
+    return nlohmann::json{{"rx_packets", k.rx_packets}, {"rx_bytes", k.rx_bytes},
+                          {"tx_packets", k.tx_packets}, {"tx_bytes", k.tx_bytes},
+                          {"drops", drops}};
+  };
+  for (int p = 0; p < 2; ++p) {
+    links.push_back({{"port", p},
+                     {"channel", link_[p].has_channel()},
+                     {"active", link_[p].active()},
+                     {"links_served", link_[p].links()},
+                     {"current", counters(link_[p].counters())},
+                     {"total", counters(link_[p].totals())}});
+  }
+  return {{"ports", ports},
+          {"sleeps", sleeps_},
+          {"passes", passes_},
+          {"busy_cycles", busy_cycles_},
+          {"packets", busy_packets_},
+          {"cycles_per_packet",
+           busy_packets_ ? static_cast<double>(busy_cycles_) / static_cast<double>(busy_packets_) : 0.0},
+          {"tsc_hz", tsc_hz_},
+          {"direct_links", links}};
 }
 
 }  // namespace vl::vnf

@@ -14,10 +14,14 @@
 #include <nlohmann/json.hpp>
 
 #include "vhost/frontend.h"
+#include "vnf/direct_link.h"
 #include "virtio/driver_memory.h"
 #include "virtio/driver_queue.h"
 
 namespace vl::vnf {
+
+/// Largest burst the VNF takes from one queue (frames).
+inline constexpr uint32_t kMaxVnfBurst = 64;
 
 enum class Mode : uint8_t { kIo, kMacswap, kL2fwd };
 
@@ -37,10 +41,13 @@ struct VnfConfig {
   uint32_t burst = 32;
   int cpu = -1;
   double duration_s = 0;  ///< 0: until stop()
+  /// Offer to serve direct links (docs/direct-link.md) on both ports.
+  bool direct_link = true;
 };
 
 struct VnfCounters {
   uint64_t rx = 0, tx = 0, drop_tx_full = 0, drop_fragmented = 0;
+  uint64_t drop_link = 0;  ///< frames for a direct link that it dropped (reason in its counters)
 };
 
 class Vnf {
@@ -50,11 +57,17 @@ class Vnf {
   /// Forwards until stop() or the configured duration.
   void run();
   void stop() { stop_.store(true); }
+  /// Asks run() to print stats() as one JSON line on stdout at its next pass (signal-safe).
+  void request_stats() { stats_requested_.store(true, std::memory_order_relaxed); }
   void close();
   nlohmann::json stats() const;
 
  private:
   uint32_t forward(uint32_t in);
+  uint32_t forward_from_link(uint32_t in);
+  /// Sends buffers `bufs` (header + frame, `lens` bytes) out of port `out`: its transmit
+  /// queue, or the peer's receive queue when `out` serves a direct link.
+  void send(uint32_t in, uint32_t out, const uint32_t* bufs, const uint32_t* lens, uint32_t n);
   bool sleep_until_traffic();
 
   VnfConfig cfg_;
@@ -64,8 +77,14 @@ class Vnf {
   virtio::DriverQueue rxq_[2], txq_[2];
   VnfCounters c_[2];  ///< indexed by input port
   uint32_t hdr_len_ = 12;
+  DirectLink link_[2];
   std::atomic<bool> stop_{false};
+  std::atomic<bool> stats_requested_{false};
   uint64_t sleeps_ = 0;
+  /// TSC cycles of passes that forwarded something, and the frames they forwarded: their
+  /// ratio is this VNF's cycles per packet (as the switch's pmd-stats).
+  uint64_t busy_cycles_ = 0, busy_packets_ = 0, passes_ = 0;
+  double tsc_hz_ = 0;
 };
 
 }  // namespace vl::vnf

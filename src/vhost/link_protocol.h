@@ -1,0 +1,99 @@
+#pragma once
+// The direct-link channel (docs/direct-link.md): how the switch hands the front-end of one
+// port ("B", a virtlink vnf/gen) the memory, rings and eventfds of another port ("A"), so
+// that B serves A's rings itself as the VM holding a vhost-pci device did.
+//
+// Set-up. The switch offers the private protocol feature kProtoVlDirectLink. A virtlink
+// front-end that can serve a link acknowledges it and then sends kReqVlLinkChannel on the
+// vhost-user socket; the reply (u64 0) carries one fd: B's end of a socketpair the switch
+// created. The switch never receives a socket from a front-end (channel.cpp refuses them),
+// and a front-end that never asked for the channel (QEMU, DPDK, an old virtlink) is never
+// sent a link: it stays switched.
+//
+// On the channel the switch sends requests (vhost-user framing: MsgHeader, payload, fds
+// with SCM_RIGHTS; kFlagNeedReply set) and B answers each with a reply of the same request
+// code and kFlagReply: a u64 status (0 = done) for every request but kLinkStop, whose
+// reply is LinkStopReply. Requests, in order:
+//   kLinkProbe   u64 version (kLinkVersion)             "can you take a link now?"
+//   kLinkMem     LinkMem + nregions fds                  A's memory table
+//   kLinkVring   LinkVring + 0..2 fds (kick, call)       one of A's vrings, twice
+//   kLinkStart   LinkStart                               B starts serving A's rings
+//   kLinkStop    u64 0                                   B stops, unmaps, closes the fds
+// A request B cannot honour gets a non-zero status; the switch then sends kLinkStop and
+// keeps A switched.
+#include <cstdint>
+
+namespace vl::vhost {
+
+/// Private protocol feature bit: "this front-end can serve a direct link". Bit 63 is far
+/// above the bits vhost-user.rst defines, and front-ends only accept bits they know.
+inline constexpr int kProtoVlDirectLink = 63;
+
+/// Front-end -> back-end request on the vhost-user socket: "give me the link channel".
+/// No payload; the reply is u64 0 and one fd (a SOCK_STREAM unix socket).
+inline constexpr uint32_t kReqVlLinkChannel = 0x564c00;  // "VL" << 8
+
+inline constexpr uint32_t kLinkVersion = 1;
+
+/// Requests on the link channel (switch -> B).
+enum class LinkReq : uint32_t {
+  kLinkProbe = 0x564c01,
+  kLinkMem = 0x564c02,
+  kLinkVring = 0x564c03,
+  kLinkStart = 0x564c04,
+  kLinkStop = 0x564c05,
+};
+
+/// kLinkMem payload: header, then `nregions` (1..8) regions as SET_MEM_TABLE's
+/// MemRegion (guest_phys_addr, memory_size, userspace_addr, mmap_offset); one fd each.
+struct LinkMem {
+  uint32_t nregions;
+  uint32_t padding;
+};
+
+/// kLinkVring payload. `index`: 0 = A's receive queue (B writes frames into it),
+/// 1 = A's transmit queue (B takes frames from it). Addresses are A's front-end virtual
+/// addresses (as in SET_VRING_ADDR), translated through the kLinkMem table.
+/// `last_avail`: the next avail entry to process; the used index is read from the ring.
+/// `flags`: kLinkVringKick / kLinkVringCall say which fds follow, in that order.
+struct LinkVring {
+  uint32_t index;
+  uint32_t num;
+  uint64_t desc_user_addr;
+  uint64_t avail_user_addr;
+  uint64_t used_user_addr;
+  uint32_t last_avail;
+  uint32_t flags;
+};
+static_assert(sizeof(LinkVring) == 40);
+inline constexpr uint32_t kLinkVringKick = 1;
+inline constexpr uint32_t kLinkVringCall = 2;
+
+/// kLinkStart payload: A's negotiated virtio features (header size, mergeable receive
+/// buffers, event index, indirect descriptors) and the largest frame A may receive.
+struct LinkStart {
+  uint64_t features;
+  uint32_t max_frame;
+  uint32_t padding;
+};
+static_assert(sizeof(LinkStart) == 16);
+
+/// Counters of one link as B saw them, in the switch's direction terms for port A:
+/// rx = frames B took from A's transmit queue, tx = frames B put into A's receive queue.
+/// Drops use port::Drop's order (no_rx_buffer, bad_descriptor, bad_header, too_big,
+/// ring_broken, no_destination).
+struct LinkCounters {
+  uint64_t rx_packets, rx_bytes, tx_packets, tx_bytes;
+  uint64_t drops[6];
+};
+
+/// kLinkStop reply: status 0, where B left each of A's rings (every chain it popped was
+/// returned in the used ring and published), and B's counters for the link.
+struct LinkStopReply {
+  uint64_t status;
+  uint32_t last_avail[2];  ///< [0] A's receive queue, [1] A's transmit queue
+  LinkCounters counters;
+};
+static_assert(sizeof(LinkStopReply) == 16 + 80);
+
+}  // namespace vl::vhost

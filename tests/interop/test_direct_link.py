@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""Direct links (docs/direct-link.md): a vnf serves its neighbour's rings itself, the switch
+hands over memory, rings and eventfds, and takes them back on unlink or disconnect.
+
+Chains: gen:g0 -> [g0 | a0] -> vnf a -> [a1 | b0] -> vnf b -> ... -> [z1 | g1] -> gen:g1
+(xconnect pairs in brackets). In direct mode each inner pair [x1 | y0] is a link "y0 <- x1":
+vnf x serves the rings of vnf y's port 0, so only the first and last hop cross the switch.
+
+  DirectLink.test_chain3_direct_intact   3 VNFs, both inner pairs linked: 5 kpps each way
+        for 2 s with payload checks: every frame arrives once, in order, intact; the
+        switch's counters on the linked ports stay 0 (no switch thread touched them) and the
+        vnfs' link counters carry every frame; ctl ports/links report the links.
+  DirectLink.test_link_unlink_under_traffic   2 VNFs, 30 kpps each way for 4 s while the
+        link is made and revoked 4 times: the switch and vnfs keep running, the link ends
+        switched, traffic flows switched afterwards, and every frame the generator sent is
+        received or counted as dropped by the switch or a vnf (with the link's own drops,
+        which the switch adds to the linked port on revocation).
+  DirectLink.test_isolation_and_revocation   2 VNFs: only the vnf named as B maps the
+        linked vnf's memory (memfd inode in /proc/PID/maps), never the generator's; after
+        unlink its mappings and fd count are back to what they were before the link.
+  DirectLink.test_fallback_no_capability   a vnf started with --no-direct-link: ctl link
+        reports the link switched with the reason and traffic still flows.
+
+    python3 tests/interop/test_direct_link.py --virtlink build/virtlink [-v] [CASE]
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import vltest  # noqa: E402
+
+GEN_CPU = "0"
+
+
+def chain_ports(n):
+    """Switch ports of an n-VNF chain in xconnect pair order, and the vnfs' (port0, port1)."""
+    names = [chr(ord("a") + i) for i in range(n)]
+    ports = ["g0"]
+    for v in names:
+        ports += [v + "0", v + "1"]
+    ports.append("g1")
+    return ports, [(v + "0", v + "1") for v in names]
+
+
+def start_chain(tb, n, vnf_args=()):
+    ports, vnfs = chain_ports(n)
+    tb.start_switch(ports=ports, forward="xconnect", log_level="info")
+    procs = []
+    for i, (p0, p1) in enumerate(vnfs):
+        argv = [vltest.VIRTLINK, "--log-level", "info", "vnf", "--port",
+                "vhost-user-client:" + tb.sock(p0), "--port", "vhost-user-client:" + tb.sock(p1),
+                "--pmd-mode", "interrupt", "--queue-size", "1024"] + list(vnf_args[i] if vnf_args else [])
+        p = vltest.Proc("vnf-" + p0[0], argv, tb.dir)
+        tb.procs.append(p)
+        procs.append(p)
+    tb.wait_connected([p for pair in vnfs for p in pair])
+    return ports, vnfs, procs
+
+
+def gen_proc(tb, args, name="gen"):
+    out = os.path.join(tb.dir, name + ".json")
+    argv = [vltest.VIRTLINK, "gen", "--port", "g0=vhost-user-client:" + tb.sock("g0"),
+            "--port", "g1=vhost-user-client:" + tb.sock("g1"), "--cpu", GEN_CPU,
+            "--queue-size", "1024", "--no-learn", "--json", out] + list(args)
+    p = vltest.Proc(name, argv, tb.dir)
+    tb.procs.append(p)
+    return p, out
+
+
+def finish_gen(p, out, timeout=60):
+    try:
+        p.p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    rc = p.stop()
+    if rc != 0:
+        raise AssertionError("gen exited with status %s:\n%s" % (rc, p.output()[-4000:]))
+    with open(out) as f:
+        return json.load(f)
+
+
+def vnf_stats(p, timeout=5):
+    """The vnf's statistics line (SIGUSR1: it prints them as one JSON line)."""
+    before = p.output().count("\n")
+    os.kill(p.pid, signal.SIGUSR1)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        lines = p.output().splitlines()
+        for line in reversed(lines[before:]):
+            if line.startswith("{"):
+                return json.loads(line)
+        time.sleep(0.05)
+    raise AssertionError("%s printed no statistics:\n%s" % (p.name, p.output()[-3000:]))
+
+
+def memfd_inodes(pid):
+    """Inodes of the memfd mappings of a process (from /proc/PID/maps)."""
+    out = set()
+    with open("/proc/%d/maps" % pid) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 6 and parts[5].startswith("/memfd:"):
+                out.add((parts[5], parts[4]))
+    return out
+
+
+def fd_count(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def wait_link_state(tb, a, b, state, timeout=10):
+    def ok():
+        for l in tb.ctl("links"):
+            if l["a"] == a and l["b"] == b:
+                return l["state"] == state
+        return False
+    vltest._wait(ok, timeout, "link %s <- %s %s" % (a, b, state), 0.1)
+
+
+class DirectLink(unittest.TestCase):
+
+    def test_chain3_direct_intact(self):
+        with vltest.Testbed(self) as tb:
+            ports, vnfs, procs = start_chain(tb, 3)
+            for a, b in (("b0", "a1"), ("c0", "b1")):
+                r = tb.ctl("link", a, b)
+                self.assertEqual(r["state"], "direct", r)
+            links = tb.ctl("links")
+            self.assertEqual(sorted((l["a"], l["b"], l["state"]) for l in links),
+                             [("b0", "a1", "direct"), ("c0", "b1", "direct")])
+            info = tb.ports_info()
+            self.assertEqual(info["b0"]["direct_link"], "rings served by a direct-link peer")
+            self.assertEqual(info["a1"]["direct_link"], "serves a direct link")
+            p, out = gen_proc(tb, ["--rate", "5000", "--duration", "2", "--size", "300",
+                                   "--check-payload"])
+            doc = finish_gen(p, out)
+            self.assertTrue(doc["payload_checked"])
+            self.assertEqual(doc["corrupted"], 0, doc)
+            self.assertEqual(doc["foreign_frames"], 0, doc)
+            total = 0
+            for s in doc["streams"]:
+                self.assertGreater(s["tx"], 2000, s)  # of 10000 planned (a loaded machine skips)
+                # Every frame that entered the chain came out (a frame the switch did not
+                # take from the generator's ring in time, on a loaded machine, never entered).
+                self.assertEqual(s["rx"], s["tx"], s)
+                self.assertEqual(s["lost"], s["tx_ring_full"], s)
+                self.assertEqual(s["duplicates"], 0, s)
+                self.assertEqual(s["reordered"], 0, s)
+                total += s["tx"]
+            st = tb.switch_stats()
+            # No switch thread touched the linked pairs' rings.
+            for n in ("a1", "b0", "b1", "c0"):
+                self.assertEqual(st[n]["rx_packets"], 0, vltest.fmt_stats(st))
+                self.assertEqual(st[n]["tx_packets"], 0, vltest.fmt_stats(st))
+            # The first and last hop crossed the switch: each frame once each way.
+            self.assertEqual(st["g0"]["rx_packets"] + st["g1"]["rx_packets"], total)
+            # The vnfs serving links moved every frame both ways on them: g0 -> g1 frames
+            # into the served port's receive queue, g1 -> g0 frames from its transmit queue.
+            fwd = doc["streams"][0]["tx"] if doc["streams"][0]["tx_port"] == 0 else doc["streams"][1]["tx"]
+            back = total - fwd
+            for pr in procs[:2]:
+                js = vnf_stats(pr)
+                cur = js["direct_links"][1]
+                self.assertTrue(cur["active"], js)
+                self.assertEqual(cur["current"]["tx_packets"], fwd, js)
+                self.assertEqual(cur["current"]["rx_packets"], back, js)
+                self.assertEqual(sum(cur["current"]["drops"].values()), 0, js)
+            for a, b in (("b0", "a1"), ("c0", "b1")):
+                r = tb.ctl("unlink", a, b)
+                self.assertEqual(r["state"], "switched", r)
+            st = tb.switch_stats()
+            # Revocation hands the vnfs' link counters to the switch (on the served port).
+            self.assertEqual(st["b0"]["rx_packets"], back, vltest.fmt_stats(st))
+            self.assertEqual(st["b0"]["tx_packets"], fwd, vltest.fmt_stats(st))
+            self.assertEqual(tb.ctl("links"), [])
+
+    def test_link_unlink_under_traffic(self):
+        with vltest.Testbed(self) as tb:
+            ports, vnfs, procs = start_chain(tb, 2)
+            p, out = gen_proc(tb, ["--rate", "30000", "--duration", "4", "--size", "128",
+                                   "--check-payload"])
+            time.sleep(0.5)
+            for i in range(4):
+                r = tb.ctl("link", "b0", "a1")
+                self.assertEqual(r["state"], "direct", r)
+                time.sleep(0.3)
+                r = tb.ctl("unlink", "b0", "a1")
+                self.assertEqual(r["state"], "switched", r)
+                time.sleep(0.2)
+            doc = finish_gen(p, out)
+            st = tb.wait_quiet()
+            vs = [vnf_stats(pr) for pr in procs]
+            for pr in procs:
+                self.assertTrue(pr.alive(), pr.output()[-3000:])
+            self.assertTrue(tb.switch.alive())
+            self.assertEqual(tb.ctl("links"), [])
+            self.assertEqual(doc["corrupted"], 0, doc)
+            sent = sum(s["tx"] for s in doc["streams"])
+            received = sum(s["rx"] for s in doc["streams"])
+            switch_drops = sum(sum(p["drops"].values()) for p in st.values())
+            vnf_drops = sum(pt["drop_tx_full"] + pt["drop_fragmented"]
+                            for v in vs for pt in v["ports"])
+            vltest.log("sent %d received %d; switch drops %d (%s); vnf drops %d; dups %d" % (
+                sent, received, switch_drops, vltest.fmt_stats(st), vnf_drops,
+                sum(s["duplicates"] for s in doc["streams"])))
+            self.assertEqual(sum(s["duplicates"] for s in doc["streams"]), 0, doc)
+            # Every frame is accounted for: received, or dropped and counted.
+            self.assertEqual(sent - received, switch_drops + vnf_drops,
+                             "sent %d received %d switch %s vnfs %s" % (
+                                 sent, received, vltest.fmt_stats(st), vs))
+            # Switched again: a second trial goes through the switch on every hop, no loss.
+            before = tb.switch_stats()["b0"]["rx_packets"]
+            p, out = gen_proc(tb, ["--rate", "10000", "--duration", "1", "--size", "128"],
+                              name="gen2")
+            doc = finish_gen(p, out)
+            for s in doc["streams"]:
+                self.assertEqual(s["lost"], 0, s)
+            self.assertGreater(tb.switch_stats()["b0"]["rx_packets"], before)
+
+    def test_isolation_and_revocation(self):
+        with vltest.Testbed(self) as tb:
+            ports, vnfs, procs = start_chain(tb, 2)
+            va, vb = procs
+            p, out = gen_proc(tb, ["--rate", "1000", "--duration", "3", "--size", "64"])
+            time.sleep(0.3)
+            own_a, own_b = memfd_inodes(va.pid), memfd_inodes(vb.pid)
+            gen_inodes = memfd_inodes(p.pid)
+            self.assertTrue(own_a and own_b and gen_inodes)
+            fds_a = fd_count(va.pid)
+            r = tb.ctl("link", "b0", "a1")
+            self.assertEqual(r["state"], "direct", r)
+            now_a = memfd_inodes(va.pid)
+            # vnf a (B of the link) maps vnf b's memory; nothing of the generator's.
+            self.assertTrue(own_b <= now_a, (own_b, now_a))
+            self.assertFalse(gen_inodes & now_a)
+            # vnf b (not linked as B) maps nothing but its own memory.
+            self.assertEqual(memfd_inodes(vb.pid), own_b)
+            r = tb.ctl("unlink", "b0", "a1")
+            self.assertEqual(r["state"], "switched", r)
+            # Revoked: the mapping and the fds (memfd, kick, call) are gone.
+            vltest._wait(lambda: memfd_inodes(va.pid) == own_a, 5, "vnf a unmapped b's memory")
+            self.assertEqual(fd_count(va.pid), fds_a)
+            # A link request naming a port already in a link, or an unknown port, is refused.
+            with self.assertRaises(AssertionError):
+                tb.ctl("link", "nosuch", "a1")
+            doc = finish_gen(p, out)
+            for s in doc["streams"]:
+                self.assertEqual(s["duplicates"], 0, s)
+
+    def test_fallback_no_capability(self):
+        with vltest.Testbed(self) as tb:
+            ports, vnfs, procs = start_chain(tb, 2, vnf_args=[["--no-direct-link"], []])
+            r = tb.ctl("link", "b0", "a1")
+            self.assertEqual(r["state"], "switched", r)
+            self.assertIn("cannot take a direct link", r["why"])
+            p, out = gen_proc(tb, ["--rate", "10000", "--duration", "1", "--size", "128"])
+            doc = finish_gen(p, out)
+            for s in doc["streams"]:
+                self.assertEqual(s["lost"], 0, s)
+            st = tb.switch_stats()
+            self.assertGreater(st["b0"]["rx_packets"], 0)
+            r = tb.ctl("unlink", "b0", "a1")
+            self.assertEqual(r["state"], "switched", r)
+
+
+if __name__ == "__main__":
+    vltest.main()
