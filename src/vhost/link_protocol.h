@@ -25,9 +25,9 @@
 
 namespace vl::vhost {
 
-/// Private protocol feature bit: "this front-end can serve a direct link". Bit 63 is far
+/// Private protocol feature bit: "this front-end can serve a direct link". Bit 56 is far
 /// above the bits vhost-user.rst defines, and front-ends only accept bits they know.
-inline constexpr int kProtoVlDirectLink = 63;
+inline constexpr int kProtoVlDirectLink = 56;
 
 /// Front-end -> back-end request on the vhost-user socket: "give me the link channel".
 /// No payload; the reply is u64 0 and one fd (a SOCK_STREAM unix socket).
