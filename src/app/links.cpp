@@ -267,7 +267,7 @@ void LinkManager::finish_revoke(Link& l, const vhost::Message* reply, const std:
     s.rx_bytes += r.counters.rx_bytes;
     s.tx_packets += r.counters.tx_packets;
     s.tx_bytes += r.counters.tx_bytes;
-    for (uint32_t d = 0; d < port::kNumDrops && d < 6; ++d) s.drops[d] += r.counters.drops[d];
+    for (uint32_t d = 0; d < port::kNumDrops && d < vhost::kLinkDrops; ++d) s.drops[d] += r.counters.drops[d];
   }
   ++busy_;
   pa.pause_for_link();

@@ -82,9 +82,10 @@ static_assert(sizeof(LinkStart) == 16);
 /// rx = frames B took from A's transmit queue, tx = frames B put into A's receive queue.
 /// Drops use port::Drop's order (no_rx_buffer, bad_descriptor, bad_header, too_big,
 /// ring_broken, no_destination).
+inline constexpr uint32_t kLinkDrops = 6;  ///< drop reasons on the wire (port::Drop's first 6)
 struct LinkCounters {
   uint64_t rx_packets, rx_bytes, tx_packets, tx_bytes;
-  uint64_t drops[6];
+  uint64_t drops[kLinkDrops];
 };
 
 /// kLinkStop reply: status 0, where B left each of A's rings (every chain it popped was

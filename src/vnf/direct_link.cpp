@@ -10,6 +10,7 @@
 
 #include "port/port.h"
 #include "util/log.h"
+#include "vhost/backend.h"
 #include "virtio/virtio_defs.h"
 
 namespace vl::vnf {
@@ -162,8 +163,11 @@ bool DirectLink::h_start(vhost::Message& m, std::string* why) {
     *why = "start without memory and both vrings";
     return false;
   }
+  // Offload bits may be negotiated by A; frames that use them are dropped in receive()
+  // (offloads are not carried across a direct link) and none are set in frames for A.
   const uint64_t known = bit(kFVersion1) | bit(kNetFMrgRxbuf) | bit(kRingFEventIdx) |
-                         bit(kRingFIndirectDesc) | bit(kNetFMtu) | bit(kFProtocolFeatures);
+                         bit(kRingFIndirectDesc) | bit(kNetFMtu) | bit(kFProtocolFeatures) |
+                         vhost::kOffloadFeatures;
   if (s.features & ~known) {
     *why = fmt::format("features {:#x} not supported on a link", s.features & ~known);
     return false;
@@ -237,7 +241,9 @@ uint32_t DirectLink::receive(BufferPool& pool, uint32_t hdr_len, uint32_t* bufs,
     switch (q.pop<false>(arena, &ch)) {
       case PopStatus::kOk: {
         TxFrame f;
-        if (!split_tx_chain(arena, ch, hdr_len_, &f)) [[unlikely]] {
+        if (!split_tx_chain(arena, ch, hdr_len_, &f) || f.hdr.flags != 0 ||
+            f.hdr.gso_type != kNetHdrGsoNone) [[unlikely]] {
+          // Too short, or asks for checksum/segmentation offload: not carried on a link.
           count_drop(idx(Drop::kBadHeader));
         } else if (f.len > room) [[unlikely]] {
           count_drop(idx(Drop::kTooBig));
