@@ -324,6 +324,9 @@ def main():
     if sys.argv[1:2] == ["tcp"]:  # guest and native iperf3 TCP: its own module and options
         import tcp_bench
         return tcp_bench.main(sys.argv[2:])
+    if sys.argv[1:2] == ["chain"]:  # VNF chains, switched and direct: chain_bench.py
+        import chain_bench
+        return chain_bench.main(sys.argv[2:])
     ap = argparse.ArgumentParser(prog="virtlink bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name", choices=["p2p", "pvp", "pvvp", "loopback", "batching"])

@@ -166,7 +166,7 @@ bool DirectLink::h_start(vhost::Message& m, std::string* why) {
   // Offload bits may be negotiated by A; frames that use them are dropped in receive()
   // (offloads are not carried across a direct link) and none are set in frames for A.
   const uint64_t known = bit(kFVersion1) | bit(kNetFMrgRxbuf) | bit(kRingFEventIdx) |
-                         bit(kRingFIndirectDesc) | bit(kNetFMtu) | bit(kFProtocolFeatures) |
+                         bit(kRingFIndirectDesc) | bit(kNetFMtu) | bit(kFProtocolFeatures) | bit(kFInOrder) |
                          vhost::kOffloadFeatures;
   if (s.features & ~known) {
     *why = fmt::format("features {:#x} not supported on a link", s.features & ~known);

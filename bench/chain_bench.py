@@ -1,0 +1,389 @@
+#!/usr/bin/env python3
+"""`virtlink bench chain`: the vhost-pci experiment (seed 000, EXPERIMENTS.md section 1).
+
+A chain of N VNFs (`virtlink vnf`, io forwarding) between the generator's two ports:
+
+    gen:g0 -> [g0 | c0a] -> vnf0 -> [c0b | c1a] -> vnf1 -> ... -> vnfN-1 -> [cN-1b | g1] -> gen:g1
+
+Modes (same run, same machine, same core plan):
+  virtlink   switched through virtlink (xconnect pairs in brackets): every hop crosses the switch
+  ovs-dpdk   switched through OVS-DPDK (port-to-port flows)
+  testpmd    switched through DPDK testpmd (io forwarding between paired net_vhost ports)
+  direct     virtlink with direct links (docs/direct-link.md): each inner pair [cIb | cI+1a] is
+             `ctl link cI+1a cIb`, so vnfI writes straight into vnfI+1's rings and only the
+             first and last hop cross the switch (the generator's ports are the "NICs")
+
+Per N and frame size: RFC 2544 NDR (the search of virtlink_bench.py), and CPU cycles per
+frame of each component measured in one back-pressured trial (the generator sending as fast
+as the rings allow: every component as busy as the path lets it be):
+  switch   the switch's forwarding thread's busy cycles per packet it handled (virtlink:
+           pmd-stats; OVS: pmd-stats-show; testpmd: --record-core-cycles) x the times each
+           frame crosses it (N + 1 switched, 2 direct);
+  vnfI     the vnf's busy TSC cycles per frame it forwarded (its own counter, read with
+           SIGUSR1 before and after the trial).
+Projected NDR with one core per component = min over components of TSC Hz / cycles per frame
+(the slowest component limits the chain). On this 2-CPU machine the VNFs share cores with the
+switch and the generator, so the measured NDR falls with N for reasons the projection
+removes; the projection is checked against p2p (gen -> switch -> gen), the one topology where
+every busy-polling process has its own core: projected (switch alone, and with the
+generator's own one-core ceiling) vs measured NDR, in the same run.
+
+Caveats: busy cycles of a process that is preempted in the middle of a pass include the time
+it was off the CPU (TSC), so on a loaded machine cycles per frame are an upper bound and the
+projection a lower bound.
+"""
+
+import argparse
+import copy
+import os
+import shlex
+import signal
+import sys
+import time
+import json
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "interop"))
+import vltest  # noqa: E402
+import report  # noqa: E402
+import topologies  # noqa: E402
+import virtlink_bench as vb  # noqa: E402
+
+MODES = ["virtlink", "ovs-dpdk", "testpmd", "direct"]
+SWITCH_OF = {"virtlink": ("virtlink", "xconnect"), "direct": ("virtlink", "xconnect"),
+             "ovs-dpdk": ("ovs-dpdk", "xconnect"), "testpmd": ("testpmd", "io")}
+
+CORE_PLAN = topologies.CORE_PLAN + (
+    "; direct mode: the same, the VNFs serving direct links copy into their neighbours' rings "
+    "on whatever CPU they run")
+
+
+def chain_topology(n):
+    ports, vnfs = ["g0"], []
+    for i in range(n):
+        ports += ["c%da" % i, "c%db" % i]
+        vnfs.append(("c%da" % i, "c%db" % i))
+    ports.append("g1")
+    return ports, vnfs
+
+
+def log(msg):
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+
+
+def vnf_snapshot(proc, timeout=5):
+    """The vnf's statistics (SIGUSR1 makes it print one JSON line)."""
+    before = proc.output().count("\n")
+    os.kill(proc.pid, signal.SIGUSR1)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        lines = proc.output().splitlines()
+        for line in reversed(lines[before:]):
+            if line.startswith("{"):
+                return json.loads(line)
+        time.sleep(0.02)
+    raise RuntimeError("%s printed no statistics" % proc.name)
+
+
+def cycles_trial(topo, size, trial_s, hops):
+    """One back-pressured trial; returns (carried pps, {component: cycles per frame}, tsc_hz,
+    gen ceiling Mpps)."""
+    before = [vnf_snapshot(p) for p in topo.vnfs]
+    run = topo.trial(0, size, trial_s)
+    after = [vnf_snapshot(p) for p in topo.vnfs]
+    carried = run.rx / run.duration_s if run.duration_s else 0
+    cyc = {}
+    sw = run.cycles.get("switch") if run.cycles else None
+    if sw:
+        cyc["switch"] = round(sw * hops)
+    for i, (b, a) in enumerate(zip(before, after)):
+        dp = a["packets"] - b["packets"]
+        dc = a["busy_cycles"] - b["busy_cycles"]
+        cyc["vnf%d" % i] = round(dc / dp) if dp > 0 else None
+    tsc = run.doc.get("clock", {}).get("hz") or (after[0]["tsc_hz"] if after else None)
+    return carried, cyc, tsc, run.doc.get("ceiling_mpps")
+
+
+def projection(cyc, tsc_hz):
+    """Projected NDR (Mpps) with one core per component: the slowest component's rate, and
+    which component it is."""
+    rates = {k: tsc_hz / v / 1e6 for k, v in cyc.items() if v}
+    if not rates:
+        return None, None
+    k = min(rates, key=rates.get)
+    return round(rates[k], 4), k
+
+
+def run_mode(mode, n, sizes, opts, rows, errors, diag):
+    kind, swmode = SWITCH_OF[mode]
+    if not vb.available(kind):
+        errors.append("%s: not installed (scripts/install-deps.sh), skipped" % kind)
+        return
+    topologies.TOPOLOGIES["chain%d" % n] = chain_topology(n)
+    label = "%s N=%d" % (mode, n)
+    try:
+        with vltest.Testbed(None) as tb:
+            sw = topologies.make_switch(tb, kind, swmode)
+            topo = topologies.Topology(tb, "chain%d" % n, sw, queue_size=opts.queue_size)
+            t0 = time.time()
+            topo.start()
+            hops = n + 1
+            if mode == "direct":
+                for i in range(n - 1):
+                    r = tb.ctl("link", "c%da" % (i + 1), "c%db" % i)
+                    if r["state"] != "direct":
+                        raise RuntimeError("link c%da c%db stayed %s: %s" % (
+                            i + 1, i, r["state"], r["why"]))
+                hops = 2
+            topo.start_gen()
+            log("[chain %s] started in %.1f s" % (label, time.time() - t0))
+            for size in sizes:
+                tag = "[chain %s %dB]" % (label, size)
+                carried, cyc, tsc, gen_ceiling = cycles_trial(topo, size, opts.trial, hops)
+                proj, bottleneck = projection(cyc, tsc) if tsc else (None, None)
+                log("%s back-pressured: %.3f Mpps carried; cycles/frame %s; projected NDR with "
+                    "one core per component %s Mpps (%s)" % (tag, carried / 1e6, cyc, proj,
+                                                             bottleneck))
+                o = copy.copy(opts)
+                line = vb.line_rate_pps(size) * 2
+                o.max_mpps = max(min(line, 1.25 * carried), 1000.0) / 1e6
+                fields, _ = vb.measure_point(topo, label, size, o)
+                fields["cycles_per_packet"] = cyc or None
+                fields["search"]["calibration_mpps"] = round(carried / 1e6, 4)
+                rows.append(report.row(
+                    experiment="chain", topology="chain", switch="none" if mode == "direct" else kind,
+                    mode="direct" if mode == "direct" else "switched",
+                    policy="rx-batch" if kind == "virtlink" else None, pmd_mode="poll",
+                    vnfs=n, flows=opts.flows, frame_size=size, trial_s=opts.trial,
+                    projected_ndr_mpps=proj, projection_bottleneck=bottleneck,
+                    switch_hops=hops, tsc_hz=tsc, gen_ceiling_mpps=gen_ceiling,
+                    chain_mode=mode, vnf_pmd_mode="interrupt", **fields))
+            if kind == "virtlink":
+                diag["%s/%d" % (mode, n)] = {
+                    "switch_ports": {k: {x: v[x] for x in ("rx_packets", "tx_packets", "drops")}
+                                     for k, v in tb.switch_stats().items()},
+                    "links": tb.ctl("links")}
+            topo.stop()
+    except (RuntimeError, vltest.TestTimeout, AssertionError) as e:
+        msg = "%s: failed: %s" % (label, str(e).strip().splitlines()[0] if str(e) else e)
+        log(msg)
+        errors.append(msg)
+
+
+def p2p_check(sizes, opts, rows, errors):
+    """The projection method on p2p, where the switch and the generator each busy-poll on a
+    core of their own: projected vs measured NDR."""
+    try:
+        with vltest.Testbed(None) as tb:
+            topo = topologies.Topology(tb, "p2p", topologies.make_switch(tb, "virtlink", "xconnect"),
+                                       queue_size=opts.queue_size)
+            topo.start()
+            topo.start_gen()
+            for size in sizes:
+                carried, cyc, tsc, gen_ceiling = cycles_trial(topo, size, opts.trial, 1)
+                proj, _ = projection(cyc, tsc) if tsc else (None, None)
+                o = copy.copy(opts)
+                o.max_mpps = max(min(vb.line_rate_pps(size) * 2, 1.25 * carried), 1000.0) / 1e6
+                fields, _ = vb.measure_point(topo, "p2p-check", size, o)
+                both = min(proj, gen_ceiling) if proj and gen_ceiling else proj
+                fields["cycles_per_packet"] = cyc or None
+                rows.append(report.row(
+                    experiment="chain", topology="p2p", switch="virtlink", mode="xconnect",
+                    policy="rx-batch", pmd_mode="poll", vnfs=0, flows=opts.flows,
+                    frame_size=size, trial_s=opts.trial, projected_ndr_mpps=proj,
+                    projected_with_gen_mpps=round(both, 4) if both else None,
+                    gen_ceiling_mpps=gen_ceiling, tsc_hz=tsc, chain_mode="p2p-check",
+                    switch_hops=1, **fields))
+                log("[p2p check %dB] projected %s Mpps (switch), %s with the generator's ceiling; "
+                    "measured NDR %.3f Mpps" % (size, proj, both, fields["ndr_mpps"]))
+            topo.stop()
+    except (RuntimeError, vltest.TestTimeout, AssertionError) as e:
+        errors.append("p2p check: failed: %s" % (str(e).strip().splitlines()[0] if str(e) else e))
+
+
+def table(rows, sizes, ns):
+    lines = []
+    chain = [r for r in rows if r["topology"] == "chain"]
+    for size in sizes:
+        lines.append("")
+        lines.append("%d B: NDR Mpps (both directions) per number of VNFs; proj: one core per "
+                     "component; cycles per frame: switch / each vnf" % size)
+        lines.append("%-9s %3s %9s %9s  %-11s %s" % ("mode", "N", "NDR", "proj", "bottleneck",
+                                                     "cycles/frame"))
+        for mode in MODES:
+            for n in ns:
+                r = next((x for x in chain if x["chain_mode"] == mode and x["vnfs"] == n and
+                          x["frame_size"] == size), None)
+                if r is None:
+                    continue
+                cyc = r["cycles_per_packet"] or {}
+                cs = "sw %s | vnf %s" % (cyc.get("switch", "-"), " ".join(
+                    str(cyc.get("vnf%d" % i, "-")) for i in range(n)))
+                lines.append("%-9s %3d %9s %9s  %-11s %s" % (
+                    mode, n, report.fmt_num(r["ndr_mpps"]) + ("+" if r["ndr_gen_limited"] else ""),
+                    report.fmt_num(r["projected_ndr_mpps"]), r.get("projection_bottleneck") or "-",
+                    cs))
+        # The seed's headline: the drop from the smallest to the largest chain.
+        lo, hi = min(ns), max(ns)
+        for mode in MODES:
+            a = next((x for x in chain if x["chain_mode"] == mode and x["vnfs"] == lo and
+                      x["frame_size"] == size), None)
+            b = next((x for x in chain if x["chain_mode"] == mode and x["vnfs"] == hi and
+                      x["frame_size"] == size), None)
+            if a and b and lo != hi:
+                def pct(x, y):
+                    return "%+.0f%%" % (100.0 * (y - x) / x) if x and y is not None else "-"
+                lines.append("  %-9s N=%d -> N=%d: measured %s, projected %s" % (
+                    mode, lo, hi, pct(a["ndr_mpps"], b["ndr_mpps"]),
+                    pct(a["projected_ndr_mpps"], b["projected_ndr_mpps"])))
+    checks = [r for r in rows if r["topology"] == "p2p"]
+    if checks:
+        lines.append("")
+        lines.append("method check (p2p: switch on CPU 1, generator on CPU 0, each alone on its core):")
+        for r in checks:
+            lines.append("  %d B: measured NDR %s Mpps; projected %s (switch alone), %s (with the "
+                         "generator's one-core ceiling); measured/projected %s" % (
+                             r["frame_size"], report.fmt_num(r["ndr_mpps"]),
+                             report.fmt_num(r["projected_ndr_mpps"]),
+                             report.fmt_num(r["projected_with_gen_mpps"]),
+                             "%.2f" % (r["ndr_mpps"] / r["projected_with_gen_mpps"])
+                             if r["projected_with_gen_mpps"] else "-"))
+    return lines
+
+
+def plot(rows, sizes, path_base, title):
+    """Like the seed's Fig. 3: NDR against the number of chained VNFs, one line per mode
+    (measured solid, projected dashed), one PNG per frame size."""
+    out = []
+    for size in sizes:
+        data, plots = {}, []
+        for i, mode in enumerate(MODES):
+            pts = sorted((r["vnfs"], r["ndr_mpps"], r["projected_ndr_mpps"]) for r in rows
+                         if r["topology"] == "chain" and r["chain_mode"] == mode and
+                         r["frame_size"] == size)
+            if not pts:
+                continue
+            name = "m%d.dat" % i
+            data[name] = "".join("%d %.6f %s\n" % (n, v or 0, "%.6f" % p if p else "NaN")
+                                 for n, v, p in pts)
+            key = name.replace(".", "_")
+            plots.append("'{%s}' using 1:2 with linespoints lw 2 lc %d title '%s (measured)'" %
+                         (key, i + 1, mode))
+            plots.append("'{%s}' using 1:3 with linespoints dt 2 lc %d title '%s (projected, "
+                         "one core each)'" % (key, i + 1, mode))
+        if not plots:
+            continue
+        path = "%s-%d.png" % (path_base, size)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        script = ("set terminal pngcairo size 900,560\nset output '%s'\nset title '%s, %d B'\n"
+                  "set xlabel 'number of chained VNFs'\nset ylabel 'NDR (Mpps, both directions)'\n"
+                  "set xtics 1\nset grid\nset key outside right\nset yrange [0:*]\n"
+                  "plot %s\n" % (path, title.replace("'", ""), size,
+                                                   ", ".join(plots)))
+        report._gnuplot(script, data)
+        out.append(path)
+    return out
+
+
+def parse_ns(text):
+    if ".." in text:
+        a, b = text.split("..")
+        return list(range(int(a), int(b) + 1))
+    return [int(x) for x in text.split(",")]
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="virtlink bench chain", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--virtlink", required=True, help=argparse.SUPPRESS)
+    ap.add_argument("--vnfs", default=None, help="chain lengths: 2..5 (default) or 2,5 "
+                    "(--quick: 2,5)")
+    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated of %s" %
+                    ",".join(MODES))
+    ap.add_argument("--json", help="write the bench JSON (INTERFACES.md) here")
+    ap.add_argument("--quick", action="store_true", help="N = 2 and 5, 64 and 1518 B, 0.5 s "
+                    "trials, 25%% precision, no latency trial")
+    ap.add_argument("--frame-sizes", default="64,1518")
+    ap.add_argument("--trial", type=float, help="seconds per trial (2; --quick 0.5)")
+    ap.add_argument("--precision", help="search resolution (5%%; --quick 25%%)")
+    ap.add_argument("--pdr-loss", type=float, default=0.5)
+    ap.add_argument("--latency-fraction", type=float, default=None,
+                    help="latency trial at this fraction of NDR (0.9; --quick 0: none)")
+    ap.add_argument("--flows", type=int, default=1)
+    ap.add_argument("--retries", type=int, default=None)
+    ap.add_argument("--max-short", type=float, default=0.05)
+    ap.add_argument("--queue-size", type=int, default=1024)
+    ap.add_argument("--max-trials", type=int, default=None)
+    ap.add_argument("--no-check", action="store_true", help="skip the p2p method check")
+    ap.add_argument("--plot-dir", default=report.RESULTS_DIR)
+    ap.add_argument("--no-plot", action="store_true")
+    opts = ap.parse_args(argv)
+    vltest.VIRTLINK = os.path.abspath(opts.virtlink)
+    q = opts.quick
+    ns = parse_ns(opts.vnfs or ("2,5" if q else "2..5"))
+    sizes = [int(x) for x in opts.frame_sizes.split(",")]
+    opts.trial = opts.trial or (0.5 if q else 2.0)
+    opts.precision = opts.precision or ("25%" if q else "5%")
+    opts.retries = opts.retries if opts.retries is not None else (0 if q else 1)
+    opts.max_trials = opts.max_trials or (5 if q else 20)
+    if opts.latency_fraction is None:
+        opts.latency_fraction = 0.0 if q else 0.9
+    opts.max_mpps = None
+    modes = [m.strip() for m in opts.modes.split(",")]
+    for m in modes:
+        if m not in MODES:
+            raise SystemExit("unknown mode %s (%s)" % (m, ",".join(MODES)))
+    command = "virtlink bench chain " + " ".join(
+        shlex.quote(a) for a in argv if not a.startswith("--virtlink") and a != opts.virtlink)
+    version, anchors = report.versions(vltest.VIRTLINK)
+    load0 = report.load_average()
+    t0 = time.time()
+    rows, errors, diag = [], [], {}
+    if not opts.no_check:
+        p2p_check(sizes, opts, rows, errors)
+    for n in ns:
+        for mode in modes:
+            run_mode(mode, n, sizes, opts, rows, errors, diag)
+    load1 = report.load_average()
+    lines = table(rows, sizes, ns)
+    plots = []
+    if not opts.no_plot and report.have_gnuplot() and rows:
+        try:
+            plots = plot(rows, sizes, os.path.join(opts.plot_dir, "chain" + ("-quick" if q else "")),
+                         "VNF chain NDR (%s)" % version)
+        except RuntimeError as e:
+            log("plot: %s" % e)
+    note = ("NDR: RFC 2544 no-loss rate, Mpps over both directions ('+': generator-limited "
+            "lower bound); proj: projected NDR with one core per component = min over the "
+            "switch and every vnf of TSC Hz / that component's busy cycles per frame, measured "
+            "in one back-pressured trial (switch: its cycles per packet x the times a frame "
+            "crosses it: N+1 switched, 2 direct); trials of %.3g s (vsperf: 60 s)" % opts.trial)
+    print("virtlink bench chain   (%s, %s)" % (time.strftime("%Y-%m-%d %H:%M"), version))
+    print("core plan: " + CORE_PLAN)
+    print("load average at start %s, at end %s (2 CPUs: above 1 the numbers mean little)" %
+          (load0, load1))
+    print("\n".join(lines))
+    print(note)
+    for e in errors:
+        print("not measured: " + e)
+    for p in plots:
+        print("plot: " + p)
+    print("took %.0f s" % (time.time() - t0))
+    if opts.json:
+        report.write_json(opts.json, command, version, CORE_PLAN, rows, anchors=anchors,
+                          errors=errors, load_average={"start": load0, "end": load1},
+                          method={"trial_s": opts.trial, "precision": opts.precision,
+                                  "pdr_loss_percent": opts.pdr_loss,
+                                  "latency_fraction": opts.latency_fraction,
+                                  "retries": opts.retries, "max_trials": opts.max_trials,
+                                  "queue_size": opts.queue_size, "note": note,
+                                  "projection": __doc__.split("Per N and frame size:")[1]},
+                          diagnostics=diag)
+        print("wrote " + opts.json)
+    return 1 if (errors and not rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
