@@ -84,6 +84,18 @@ bool load_port(const toml::table& t, port::VhostPortConfig* c, std::string* flus
     else if (key == "mtu") { if (!get_int<uint32_t>(v, "mtu", 68, 65535, &c->mtu, err)) return false; }
     else if (key == "socket_mode") {
       if (!get_int<uint32_t>(v, "socket_mode", 0, 0777, &c->socket_mode, err)) return false;
+      c->explicit_keys |= port::kKeySocketMode;
+    } else if (key == "socket_owner") {
+      if (!get_str(v, "socket_owner", &c->socket_owner, err)) return false;
+      c->explicit_keys |= port::kKeySocketOwner;
+    } else if (key == "socket_group") {
+      if (!get_str(v, "socket_group", &c->socket_group, err)) return false;
+      c->explicit_keys |= port::kKeySocketGroup;
+    } else if (key == "max_guest_memory_gib") {
+      uint64_t g;
+      if (!get_int<uint64_t>(v, "max_guest_memory_gib", 1, 1u << 16, &g, err)) return false;
+      c->max_guest_memory = g << 30;
+      c->explicit_keys |= port::kKeyMaxGuestMemory;
     } else if (key == "mrg_rxbuf") {
       auto b = v.value<bool>();
       if (!b) { *err = "'mrg_rxbuf' must be true or false"; return false; }
@@ -143,6 +155,24 @@ bool load_toml(const std::string& file, SwitchConfig* out, std::string* err) {
       if (!get_str(v, "control", &cfg.control_path, err)) return false;
     } else if (key == "mac_aging_s") {
       if (!get_int<uint32_t>(v, "mac_aging_s", 1, 1000000, &cfg.mac_aging_s, err)) return false;
+    } else if (key == "mac_table_buckets") {
+      if (!get_int<uint32_t>(v, "mac_table_buckets", 1, 1u << 24, &cfg.fdb_buckets, err)) return false;
+    } else if (key == "mac_limit") {
+      if (!get_int<uint32_t>(v, "mac_limit", 1, 1u << 27, &cfg.mac_limit, err)) return false;
+    } else if (key == "socket_mode") {
+      uint32_t m;
+      if (!get_int<uint32_t>(v, "socket_mode", 0, 0777, &m, err)) return false;
+      cfg.socket_mode = m;
+    } else if (key == "socket_owner") {
+      if (!get_str(v, "socket_owner", &s, err)) return false;
+      cfg.socket_owner = s;
+    } else if (key == "socket_group") {
+      if (!get_str(v, "socket_group", &s, err)) return false;
+      cfg.socket_group = s;
+    } else if (key == "max_guest_memory_gib") {
+      uint64_t g;
+      if (!get_int<uint64_t>(v, "max_guest_memory_gib", 1, 1u << 16, &g, err)) return false;
+      cfg.max_guest_memory = g << 30;
     } else if (key == "burst") {
       if (!get_int<uint32_t>(v, "burst", 1, dp::kMaxBurst, &cfg.burst, err)) return false;
     } else if (key == "port") {
@@ -180,6 +210,27 @@ bool load_toml(const std::string& file, SwitchConfig* out, std::string* err) {
   }
   *out = std::move(cfg);
   return true;
+}
+
+void apply_port_defaults(SwitchConfig* cfg) {
+  for (auto& p : cfg->ports) {
+    if (cfg->socket_mode && !(p.explicit_keys & port::kKeySocketMode)) p.socket_mode = *cfg->socket_mode;
+    if (cfg->socket_owner && !(p.explicit_keys & port::kKeySocketOwner)) p.socket_owner = *cfg->socket_owner;
+    if (cfg->socket_group && !(p.explicit_keys & port::kKeySocketGroup)) p.socket_group = *cfg->socket_group;
+    if (cfg->max_guest_memory && !(p.explicit_keys & port::kKeyMaxGuestMemory))
+      p.max_guest_memory = *cfg->max_guest_memory;
+  }
+}
+
+std::optional<uint32_t> parse_socket_mode(const std::string& s) {
+  if (s.empty() || s.size() > 4) return std::nullopt;
+  uint32_t m = 0;
+  for (char c : s) {
+    if (c < '0' || c > '7') return std::nullopt;
+    m = m * 8 + static_cast<uint32_t>(c - '0');
+  }
+  if (m > 0777) return std::nullopt;
+  return m;
 }
 
 bool validate(const SwitchConfig& cfg, std::string* err) {

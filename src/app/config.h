@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "dp/fdb.h"
 #include "dp/forwarder.h"
 #include "dp/pmd.h"
 #include "port/vhost_port.h"
@@ -28,7 +29,20 @@ struct SwitchConfig {
   /// Direct links (docs/direct-link.md): {A, B}: the front-end of port B serves port A's
   /// rings. TOML: [[link]] tables with keys a and b; command line: --link A:B.
   std::vector<std::pair<std::string, std::string>> links;
+  uint32_t mac_limit = dp::Fdb::kDefaultMaxPerPort;  ///< MAC table entries one port may hold
+  // Switch-wide defaults for every port that does not set its own (port/vhost_port.h).
+  std::optional<uint32_t> socket_mode;
+  std::optional<std::string> socket_owner;
+  std::optional<std::string> socket_group;
+  std::optional<uint64_t> max_guest_memory;  ///< bytes
 };
+
+/// Fills in each port's socket_mode/owner/group and max_guest_memory from the switch-wide
+/// settings, where the port's own table did not set them.
+void apply_port_defaults(SwitchConfig* cfg);
+
+/// Parses a socket mode "0660" / "660" (octal digits only, at most 0777).
+std::optional<uint32_t> parse_socket_mode(const std::string& s);
 
 /// /run/virtlink/virtlink.ctl for root, $XDG_RUNTIME_DIR/virtlink.ctl otherwise
 /// (falling back to /tmp/virtlink-UID.ctl).
@@ -40,9 +54,11 @@ std::optional<dp::ForwardMode> parse_forward(const std::string& s);
 std::optional<dp::PmdMode> parse_pmd_mode(const std::string& s);
 
 /// Reads a TOML file into `cfg` (keys: forward, pmd_cores, pmd_mode, pmd_idle_us, flush,
-/// control, mac_aging_s, burst, [[port]] tables with name, type, path, mtu,
-/// socket_mode, mrg_rxbuf, flush, offloads, and [[link]] tables with a, b). Returns false
-/// with `*err` on any unknown or invalid key.
+/// control, mac_aging_s, mac_table_buckets, mac_limit, burst, socket_mode, socket_owner,
+/// socket_group, max_guest_memory_gib, [[port]] tables with name, type, path, mtu,
+/// socket_mode, socket_owner, socket_group, max_guest_memory_gib, mrg_rxbuf, flush,
+/// offloads, and [[link]] tables with a, b). Returns false with `*err` on any unknown or
+/// invalid key.
 bool load_toml(const std::string& file, SwitchConfig* cfg, std::string* err);
 
 /// Cross-checks a complete configuration (unique names and paths, port count, flush).

@@ -39,7 +39,7 @@ control::Json feature_names(uint64_t f) {
 }
 }  // namespace
 
-Switch::Switch(SwitchConfig cfg) : cfg_(std::move(cfg)), fdb_(cfg_.fdb_buckets) {}
+Switch::Switch(SwitchConfig cfg) : cfg_(std::move(cfg)), fdb_(cfg_.fdb_buckets, cfg_.mac_limit) {}
 
 Switch::~Switch() { teardown(); }
 

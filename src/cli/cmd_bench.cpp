@@ -22,7 +22,7 @@ void add_bench_command(CLI::App& app, BenchArgs& a) {
   CLI::App* b = app.add_subcommand(
       "bench",
       "Run a benchmark: p2p, pvp, pvvp (RFC 2544 NDR/PDR and latency, with testpmd and OVS-DPDK "
-      "anchors), loopback; NAME --help for its options (bench/README.md)");
+      "anchors), loopback, ping, soak (RSS/fds/mappings under port churn); NAME --help for its options (bench/README.md)");
   b->allow_extras();
   b->prefix_command();
   b->set_help_flag();  // --help goes to the harness

@@ -31,6 +31,16 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
   s->add_option("--link", a.links,
                 "A:B: a direct link, the front-end of port B serves port A's rings "
                 "(docs/direct-link.md; repeatable)");
+  s->add_option("--mac-table-buckets", a.mac_table_buckets,
+                "MAC table buckets of 8 entries, rounded up to a power of two (65536)");
+  s->add_option("--mac-limit", a.mac_limit, "MAC table entries one port may hold (8192)");
+  s->add_option("--socket-mode", a.socket_mode,
+                "permission bits of the vhost-user socket files, octal (0600)");
+  s->add_option("--socket-owner", a.socket_owner, "owner (name or uid) of the socket files");
+  s->add_option("--socket-group", a.socket_group, "group (name or gid) of the socket files");
+  s->add_option("--max-guest-memory", a.max_guest_memory_gib,
+                "GiB of guest memory one front-end may map (1024)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 16));
 }
 
 int run_switch(const SwitchArgs& a) {
@@ -77,6 +87,20 @@ int run_switch(const SwitchArgs& a) {
     }
     cfg.links.emplace_back(l.substr(0, colon), l.substr(colon + 1));
   }
+  if (a.mac_table_buckets) cfg.fdb_buckets = a.mac_table_buckets;
+  if (a.mac_limit) cfg.mac_limit = a.mac_limit;
+  if (!a.socket_mode.empty()) {
+    auto m = app::parse_socket_mode(a.socket_mode);
+    if (!m) {
+      spdlog::error("--socket-mode '{}': octal permission bits, e.g. 0660", a.socket_mode);
+      return 2;
+    }
+    cfg.socket_mode = *m;
+  }
+  if (!a.socket_owner.empty()) cfg.socket_owner = a.socket_owner;
+  if (!a.socket_group.empty()) cfg.socket_group = a.socket_group;
+  if (a.max_guest_memory_gib) cfg.max_guest_memory = a.max_guest_memory_gib << 30;
+  app::apply_port_defaults(&cfg);
   if (cfg.burst > dp::kMaxBurst) {
     spdlog::error("--burst {} is above {}", cfg.burst, dp::kMaxBurst);
     return 2;

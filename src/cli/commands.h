@@ -20,6 +20,12 @@ struct SwitchArgs {
   uint32_t mac_aging_s = 0;
   uint32_t burst = 0;
   std::vector<std::string> links;  ///< A:B
+  uint32_t mac_table_buckets = 0;
+  uint32_t mac_limit = 0;
+  std::string socket_mode;
+  std::string socket_owner;
+  std::string socket_group;
+  uint64_t max_guest_memory_gib = 0;
 };
 void add_switch_command(CLI::App& app, SwitchArgs& a);
 int run_switch(const SwitchArgs& a);

@@ -1,10 +1,23 @@
 #include "dp/fdb.h"
 
+#include <sys/random.h>
+
 #include <bit>
+#include <chrono>
 
 namespace vl::dp {
 
-Fdb::Fdb(uint32_t buckets) {
+Fdb::Fdb(uint32_t buckets, uint32_t max_per_port, uint64_t key) : max_per_port_(max_per_port) {
+  uint64_t k[2] = {key, key * 0x9e3779b97f4a7c15ull + 1};
+  if (key == 0 && getrandom(k, sizeof k, 0) != static_cast<ssize_t>(sizeof k)) {
+    // No entropy source: still not a constant an attacker can read in our sources.
+    const uint64_t t = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    k[0] = t ^ reinterpret_cast<uintptr_t>(this);
+    k[1] = t * 0x9e3779b97f4a7c15ull;
+  }
+  key_ = k[0];
+  mul_ = k[1] | 1;  // odd: a bijection on 64 bits
+  counts_ = std::make_unique<std::atomic<uint32_t>[]>(kMaxPortIds);  // zeroed (C++20 atomic())
   const uint32_t n = std::bit_ceil(buckets < 1 ? 1u : buckets);
   mask_ = n - 1;
   buckets_ = std::make_unique<Bucket[]>(n);
@@ -17,38 +30,88 @@ Fdb::Fdb(uint32_t buckets) {
   }
 }
 
-void Fdb::learn(Mac mac, uint32_t port, uint32_t now_s) {
+bool Fdb::learn(Mac mac, uint32_t port, uint32_t now_s) {
+  if (port >= kMaxPortIds - 1) return false;
   const uint32_t h = hash(mac);
   Bucket& b = buckets_[h];
   Times& t = times_[h];
   const uint64_t want = (mac << 16) | (port + 1);
+  uint64_t words[kSlots];
   int empty = -1;
-  int oldest = 0;
-  uint32_t oldest_t = UINT32_MAX;
   for (uint32_t i = 0; i < kSlots; ++i) {
     const uint64_t w = b.w[i].load(std::memory_order_relaxed);
+    words[i] = w;
     if (w && (w >> 16) == mac) {
-      if (w != want) b.w[i].store(want, std::memory_order_relaxed);  // moved port
+      if (w != want) {  // moved port
+        if (port_entries(port) >= max_per_port_) {  // the limit holds for moves too
+          declined_.fetch_add(1, std::memory_order_relaxed);
+          return false;
+        }
+        const uint64_t old = w;
+        if (b.w[i].compare_exchange_strong(words[i], want, std::memory_order_relaxed)) {
+          count(old, -1);
+          count(want, +1);
+        }
+      }
       if (t.t[i].load(std::memory_order_relaxed) != now_s)
         t.t[i].store(now_s, std::memory_order_relaxed);
-      return;
+      return true;
     }
     if (!w && empty < 0) empty = static_cast<int>(i);
-    const uint32_t ti = t.t[i].load(std::memory_order_relaxed);
-    if (ti < oldest_t) {
-      oldest_t = ti;
-      oldest = static_cast<int>(i);
-    }
   }
-  if (empty >= 0) {
+  // A new MAC: the slow path (once per MAC, not per frame).
+  const bool at_limit = port_entries(port) >= max_per_port_;
+  if (empty >= 0 && !at_limit) {
     uint64_t expected = 0;
     if (b.w[empty].compare_exchange_strong(expected, want, std::memory_order_relaxed)) {
       t.t[empty].store(now_s, std::memory_order_relaxed);
-      return;
+      count(want, +1);
+      return true;
+    }
+    return false;  // another thread took the slot this instant; learned on a later frame
+  }
+  // Full bucket (or the port's quota is used up): choose a victim (see fdb.h).
+  uint32_t per_port[kSlots];
+  uint32_t own = 0;
+  for (uint32_t i = 0; i < kSlots; ++i) {
+    per_port[i] = 0;
+    if (!words[i]) continue;
+    for (uint32_t j = 0; j < kSlots; ++j)
+      per_port[i] += words[j] && (words[j] & 0xffff) == (words[i] & 0xffff);
+    own += (words[i] & 0xffff) == port + 1;
+  }
+  int victim = -1;
+  uint32_t victim_t = UINT32_MAX;
+  auto consider = [&](uint32_t i) {
+    const uint32_t ti = t.t[i].load(std::memory_order_relaxed);
+    if (victim < 0 || ti < victim_t) {
+      victim = static_cast<int>(i);
+      victim_t = ti;
+    }
+  };
+  const bool own_first = at_limit || own >= kSlots / 2;
+  if (!own_first) {
+    for (uint32_t i = 0; i < kSlots; ++i) {
+      if (!words[i] || (words[i] & 0xffff) == port + 1) continue;
+      const uint32_t seen = t.t[i].load(std::memory_order_relaxed);
+      if (now_s - seen >= kFreshS || per_port[i] > kSlots / 2) consider(i);
     }
   }
-  b.w[oldest].store(want, std::memory_order_relaxed);
-  t.t[oldest].store(now_s, std::memory_order_relaxed);
+  if (victim < 0) {
+    for (uint32_t i = 0; i < kSlots; ++i) {
+      if (words[i] && (words[i] & 0xffff) == port + 1) consider(i);
+    }
+  }
+  if (victim < 0 || (at_limit && (words[victim] & 0xffff) != port + 1)) {
+    declined_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  uint64_t expected = words[victim];
+  if (!b.w[victim].compare_exchange_strong(expected, want, std::memory_order_relaxed)) return false;
+  count(expected, -1);
+  count(want, +1);
+  t.t[victim].store(now_s, std::memory_order_relaxed);
+  return true;
 }
 
 uint32_t Fdb::age(uint32_t now_s, uint32_t max_age_s) {
@@ -59,8 +122,10 @@ uint32_t Fdb::age(uint32_t now_s, uint32_t max_age_s) {
       if (!w) continue;
       const uint32_t seen = times_[i].t[s].load(std::memory_order_relaxed);
       if (now_s - seen > max_age_s &&
-          buckets_[i].w[s].compare_exchange_strong(w, 0, std::memory_order_relaxed))
+          buckets_[i].w[s].compare_exchange_strong(w, 0, std::memory_order_relaxed)) {
+        count(w, -1);
         ++removed;
+      }
     }
   }
   return removed;
@@ -70,8 +135,9 @@ void Fdb::flush_port(uint32_t port) {
   for (uint32_t i = 0; i <= mask_; ++i) {
     for (uint32_t s = 0; s < kSlots; ++s) {
       uint64_t w = buckets_[i].w[s].load(std::memory_order_relaxed);
-      if (w && (w & 0xffff) == port + 1)
-        buckets_[i].w[s].compare_exchange_strong(w, 0, std::memory_order_relaxed);
+      if (w && (w & 0xffff) == port + 1 &&
+          buckets_[i].w[s].compare_exchange_strong(w, 0, std::memory_order_relaxed))
+        count(w, -1);
     }
   }
 }

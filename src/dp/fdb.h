@@ -6,7 +6,19 @@
 // parallel array. A lookup hashes the MAC to one bucket and compares 8 words: O(1), one
 // cache line whatever the number of MACs. Learning writes a word only when the port
 // changes and a time only when the second changes, so steady traffic does not write.
-// A full bucket evicts its oldest entry.
+// Hostile ports (tests/hostile, test_16): a port must not be able to evict another port's
+// entries, or the victim's unicast is flooded to every port, the attacker's included.
+//  - The bucket hash is keyed with a per-table random key (getrandom), so a front-end cannot
+//    compute MACs that collide with a victim's bucket.
+//  - A full bucket evicts, in this order: when the learning port already holds half the
+//    bucket, its own oldest entry; else the oldest entry that is stale (not seen for
+//    kFreshS seconds) or belongs to a port holding more than half the bucket; else the
+//    learning port's own oldest entry; else nothing (the MAC is not learned; its frames
+//    are flooded as before). A port's fresh entries are thus safe from any other single
+//    port, and one port cannot fill a bucket against a later victim.
+//  - A port holds at most `max_per_port` entries in the whole table; at the limit it only
+//    replaces its own entries (like a switch's port-security MAC limit). Counts are kept
+//    per port with relaxed atomics, approximate when two threads race on one slot.
 //
 // Concurrency: PMD threads learn and look up with relaxed atomics on whole words (a word is
 // never torn); the control thread ages entries out and reads the table for `ctl fdb`.
@@ -33,8 +45,16 @@ class Fdb {
   static constexpr uint32_t kNoPort = 0xffff;
   static constexpr uint32_t kSlots = 8;
 
-  /// A table of `buckets` buckets (rounded up to a power of two), 8 entries each.
-  explicit Fdb(uint32_t buckets = 1u << 16);
+  static constexpr uint32_t kMaxPortIds = 0x10000;
+  /// Entries seen within this many seconds are protected from other ports' learning.
+  static constexpr uint32_t kFreshS = 10;
+  static constexpr uint32_t kDefaultMaxPerPort = 8192;
+
+  /// A table of `buckets` buckets (rounded up to a power of two), 8 entries each, whose
+  /// hash key is random (`key` 0) or `key` (tests). A port holds at most `max_per_port`
+  /// entries.
+  explicit Fdb(uint32_t buckets = 1u << 16, uint32_t max_per_port = kDefaultMaxPerPort,
+               uint64_t key = 0);
 
   /// The port that `mac` was learned on, or kNoPort.
   uint32_t lookup(Mac mac) const {
@@ -46,8 +66,17 @@ class Fdb {
     return kNoPort;
   }
 
-  /// Records that `mac` (unicast) was seen on `port` at `now_s` (seconds).
-  void learn(Mac mac, uint32_t port, uint32_t now_s);
+  /// Records that `mac` (unicast) was seen on `port` (< kMaxPortIds) at `now_s`
+  /// (seconds). May decline to learn it (see the eviction rule above): returns false then.
+  bool learn(Mac mac, uint32_t port, uint32_t now_s);
+  /// Entries `port` holds (approximate under concurrent learning).
+  uint32_t port_entries(uint32_t port) const {
+    return port < kMaxPortIds ? counts_[port].load(std::memory_order_relaxed) : 0;
+  }
+  /// MACs not learned because the bucket or the port's quota was full.
+  uint64_t declined() const { return declined_.load(std::memory_order_relaxed); }
+  /// The bucket `mac` hashes to (tests).
+  uint32_t bucket_of(Mac mac) const { return hash(mac); }
 
   /// Removes entries not seen for `max_age_s` seconds. Returns how many were removed.
   uint32_t age(uint32_t now_s, uint32_t max_age_s);
@@ -70,10 +99,22 @@ class Fdb {
   struct Times {
     std::atomic<uint32_t> t[kSlots];
   };
+  /// Keyed multiply-xorshift: with a secret key_ and mul_ a front-end cannot aim MACs at
+  /// a bucket (it sees nothing of the table but flooding, which the eviction rule bounds).
   uint32_t hash(Mac mac) const {
-    uint64_t x = mac * 0x9e3779b97f4a7c15ull;
-    return static_cast<uint32_t>(x >> 40) & mask_;
+    uint64_t x = (mac ^ key_) * mul_;
+    x ^= x >> 29;
+    x *= 0xbf58476d1ce4e5b9ull;
+    return static_cast<uint32_t>(x >> 32) & mask_;
   }
+  void count(uint64_t word, int delta) {
+    if (word) counts_[(word & 0xffff) - 1].fetch_add(static_cast<uint32_t>(delta), std::memory_order_relaxed);
+  }
+  uint64_t key_ = 0;
+  uint64_t mul_ = 0;
+  uint32_t max_per_port_;
+  std::unique_ptr<std::atomic<uint32_t>[]> counts_;
+  std::atomic<uint64_t> declined_{0};
   std::unique_ptr<Bucket[]> buckets_;
   std::unique_ptr<Times[]> times_;
   uint32_t mask_;

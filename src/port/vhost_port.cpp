@@ -1,6 +1,8 @@
 #include "port/vhost_port.h"
 
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -21,6 +23,24 @@ namespace vl::port {
 using namespace vl::virtio;
 
 namespace {
+/// A user or group id from a name or a number; false if unknown.
+bool resolve_id(const std::string& s, bool group, uint32_t* id) {
+  if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos) {
+    *id = static_cast<uint32_t>(std::stoul(s));
+    return true;
+  }
+  if (group) {
+    const struct group* g = getgrnam(s.c_str());
+    if (!g) return false;
+    *id = g->gr_gid;
+  } else {
+    const struct passwd* p = getpwnam(s.c_str());
+    if (!p) return false;
+    *id = p->pw_uid;
+  }
+  return true;
+}
+
 uint64_t mono_s() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -33,6 +53,7 @@ VhostPort::VhostPort(uint32_t id, VhostPortConfig cfg, Quiescer* q)
         auto o = vhost::BackendOptions::defaults();
         if (!cfg_.mrg_rxbuf) o.features &= ~bit(kNetFMrgRxbuf);
         if (!cfg_.offloads) o.features &= ~vhost::kOffloadFeatures;
+        o.max_mapped_bytes = cfg_.max_guest_memory;
         return o;
       }()) {}
 
@@ -53,10 +74,34 @@ bool VhostPort::start(std::string* err) {
     }
     unlink(cfg_.path.c_str());  // a stale socket from an earlier run
   }
+  uid_t uid = static_cast<uid_t>(-1);  // chown: -1 leaves it as it is
+  gid_t gid = static_cast<gid_t>(-1);
+  uint32_t id;
+  if (!cfg_.socket_owner.empty()) {
+    if (!resolve_id(cfg_.socket_owner, false, &id)) {
+      *err = fmt::format("port {}: unknown socket owner '{}'", cfg_.name, cfg_.socket_owner);
+      down_ = true;
+      return false;
+    }
+    uid = id;
+  }
+  if (!cfg_.socket_group.empty()) {
+    if (!resolve_id(cfg_.socket_group, true, &id)) {
+      *err = fmt::format("port {}: unknown socket group '{}'", cfg_.name, cfg_.socket_group);
+      down_ = true;
+      return false;
+    }
+    gid = id;
+  }
+  // The socket file is created with the umask's bits and then narrowed; nobody can connect
+  // before listen(), so the moment between bind and chmod/chown exposes nothing.
   UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!s.valid() || bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ((uid != static_cast<uid_t>(-1) || gid != static_cast<gid_t>(-1)) &&
+       chown(cfg_.path.c_str(), uid, gid) != 0) ||
       chmod(cfg_.path.c_str(), cfg_.socket_mode) != 0 || listen(s.get(), 4) != 0) {
     *err = fmt::format("cannot listen on {}: {}", cfg_.path, strerror(errno));
+    if (s.valid()) unlink(cfg_.path.c_str());
     down_ = true;
     return false;
   }
@@ -105,7 +150,7 @@ bool VhostPort::try_connect() {
   retry_logged_ = false;
   ++connects_;
   backend_.attach(std::move(s));
-  spdlog::info("port {}: connected to {}", cfg_.name, cfg_.path);
+  VL_LOG_RL(spdlog::level::info, "port {}: connected to {}", cfg_.name, cfg_.path);
   return true;
 }
 
@@ -153,12 +198,13 @@ bool VhostPort::on_event() {
   }
   ++connects_;
   backend_.attach(std::move(c));
-  spdlog::info("port {}: front-end connected on {}", cfg_.name, cfg_.path);
+  // A front-end controls how often this happens (reconnect storms): rate-limited.
+  VL_LOG_RL(spdlog::level::info, "port {}: front-end connected on {}", cfg_.name, cfg_.path);
   return true;
 }
 
 void VhostPort::drop_connection(const std::string& why) {
-  spdlog::info("port {}: connection closed: {}", cfg_.name, why);
+  VL_LOG_RL(spdlog::level::info, "port {}: connection closed: {}", cfg_.name, why);
   backend_.disconnect();
   // Server ports keep listening for the next front-end; client ports retry on the tick.
 }

@@ -25,8 +25,24 @@ struct VhostPortConfig {
   std::string path;
   uint32_t mtu = 0;             ///< 0: no limit beyond the guest's NET_SET_MTU
   uint32_t socket_mode = 0600;  ///< permission bits of the socket file (server mode)
+  std::string socket_owner;     ///< user name or uid of the socket file; empty: ours
+  std::string socket_group;     ///< group name or gid of the socket file; empty: ours
   bool mrg_rxbuf = true;        ///< offer VIRTIO_NET_F_MRG_RXBUF
   bool offloads = true;         ///< offer CSUM/GUEST_CSUM/TSO/ECN (offload::kOffloadFeatures)
+  /// Most bytes of guest memory one connection may map (SET_MEM_TABLE beyond it is
+  /// refused): bounds the address space a front-end can take.
+  uint64_t max_guest_memory = uint64_t{1} << 40;
+  /// Which of the keys above the port's own [[port]] table set (switch-wide settings fill
+  /// in the others): bits of PortKey.
+  uint32_t explicit_keys = 0;
+};
+
+/// Bits of VhostPortConfig::explicit_keys.
+enum PortKey : uint32_t {
+  kKeySocketMode = 1,
+  kKeySocketOwner = 2,
+  kKeySocketGroup = 4,
+  kKeyMaxGuestMemory = 8,
 };
 
 /// Told before a port's rings or memory change, so that a direct link serving that port's

@@ -80,6 +80,10 @@ BackendOptions BackendOptions::defaults() {
 
 void Backend::attach(UniqueFd sock) {
   chan_.reset(std::move(sock));
+  // The control thread serves every port and `ctl`: a front-end that does not read its
+  // replies gets its connection dropped as soon as its socket buffer is full, instead of
+  // stalling the thread.
+  chan_.set_send_timeout(0);
   messages_ = 0;
 }
 
@@ -104,6 +108,9 @@ bool Backend::dispatch(Message& m, std::string* why) {
   const Spec* spec = find_spec(req);
   Reply r;
   bool ok;
+  // Decided before the handler runs: RESET_OWNER clears the negotiated protocol features,
+  // and its acknowledgement is still due.
+  const bool reply_ack = has(proto_features_, kProtoReplyAck) && (m.hdr.flags & kFlagNeedReply);
   if ((m.hdr.flags & kVersionMask) != kVersion || (m.hdr.flags & kFlagReply)) {
     ok = fail(r, fmt::format("bad header flags {:#x}", m.hdr.flags));
   } else if (!spec) {
@@ -117,7 +124,6 @@ bool Backend::dispatch(Message& m, std::string* why) {
   }
   m.close_fds();  // handlers take the fds they keep; the rest close here
 
-  const bool reply_ack = has(proto_features_, kProtoReplyAck) && (m.hdr.flags & kFlagNeedReply);
   if (!ok) {
     VL_LOG_RL(spdlog::level::warn, "vhost-user: {} ({}) refused: {}", req_name(req), req, r.error);
     if (!reply_ack || (spec && r.has_payload)) {
@@ -211,7 +217,7 @@ bool Backend::h_set_mem_table(Message& m, Reply& r) {
   }
   auto mem = std::make_unique<GuestMemory>();
   std::string err;
-  if (!mem->build(regions, fds, n, &err)) return fail(r, err);  // old table kept
+  if (!mem->build(regions, fds, n, &err, opts_.max_mapped_bytes)) return fail(r, err);  // old table kept
   host_->pause_datapath();
   mem_ = std::move(mem);  // the old table is unmapped here, with no thread using it
   for (uint32_t i = 0; i < GuestMemory::kMaxRegions; ++i) {
@@ -222,8 +228,8 @@ bool Backend::h_set_mem_table(Message& m, Reply& r) {
   for (Vring& v : vrings_) v.detach();
   refresh();
   host_->resume_datapath();
-  spdlog::info("vhost-user: memory table with {} regions, {} MiB mapped", n,
-               mem_->mapped_bytes() >> 20);
+  VL_LOG_RL(spdlog::level::info, "vhost-user: memory table with {} regions, {} MiB mapped", n,
+            mem_->mapped_bytes() >> 20);
   return true;
 }
 

@@ -83,6 +83,10 @@ struct BackendOptions {
   uint64_t features = 0;            ///< virtio feature bits offered on GET_FEATURES
   uint64_t protocol_features = 0;   ///< offered on GET_PROTOCOL_FEATURES
   uint32_t queue_pairs = 1;         ///< GET_QUEUE_NUM
+  /// Most bytes one memory table may map (page-rounded region sizes): a larger
+  /// SET_MEM_TABLE is refused, so a front-end cannot take the address space other
+  /// connections need (sparse memfds of terabytes cost it nothing).
+  uint64_t max_mapped_bytes = uint64_t{1} << 40;
   /// The default offer: VERSION_1, MRG_RXBUF, EVENT_IDX, INDIRECT_DESC, RING_PACKED,
   /// IN_ORDER, MTU, PROTOCOL_FEATURES and kOffloadFeatures; protocol MQ, REPLY_ACK, MTU, RARP.
   static BackendOptions defaults();

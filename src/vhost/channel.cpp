@@ -159,7 +159,7 @@ bool Channel::send(uint32_t request, uint32_t flags, const void* payload, uint32
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         pollfd p{sock_.get(), POLLOUT, 0};
-        if (poll(&p, 1, 1000) <= 0) return false;
+        if (send_timeout_ms_ <= 0 || poll(&p, 1, send_timeout_ms_) <= 0) return false;
         continue;
       }
       return false;

@@ -69,8 +69,11 @@ class Channel {
   /// a front-end turns it on, to receive the direct-link channel from its back-end
   /// (vhost/link_protocol.h); a back-end never does.
   void accept_sockets(bool on) { accept_sockets_ = on; }
+  /// Milliseconds send() waits for socket space (0: never waits).
+  void set_send_timeout(int ms) { send_timeout_ms_ = ms; }
 
-  /// Sends one message with up to kMaxFds fds. Waits up to 1 s for socket space.
+  /// Sends one message with up to kMaxFds fds. Waits up to the send timeout (1 s unless
+  /// set) for socket space; false when there is none by then.
   bool send(uint32_t request, uint32_t flags, const void* payload, uint32_t size,
             const int* fds = nullptr, uint32_t nfds = 0);
 
@@ -80,6 +83,7 @@ class Channel {
   uint32_t have_ = 0;  ///< bytes of the current message received (header + payload)
   bool failed_ = false;  ///< read() returned kError: the stream is out of step until close()
   bool accept_sockets_ = false;
+  int send_timeout_ms_ = 1000;
 };
 
 }  // namespace vl::vhost

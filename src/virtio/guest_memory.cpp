@@ -64,10 +64,23 @@ bool GuestMemory::validate(const MemRegionDesc* r, uint32_t n, std::string* err)
   return true;
 }
 
-bool GuestMemory::build(const MemRegionDesc* r, const int* fds, uint32_t n, std::string* err) {
+bool GuestMemory::build(const MemRegionDesc* r, const int* fds, uint32_t n, std::string* err,
+                        uint64_t max_bytes) {
   unmap_all();
   if (!validate(r, n, err)) return false;
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    // No overflow: validate() checked offset + size + page.
+    const uint64_t in_page = r[i].mmap_offset & (page - 1);
+    const uint64_t len = (in_page + r[i].memory_size + page - 1) & ~(page - 1);
+    total += len;  // at most 8 regions of < 2^64 - page each: checked below per step
+    if (total < len || total > max_bytes) {
+      *err = fmt::format("memory table maps more than the {} bytes allowed per connection",
+                         max_bytes);
+      return false;
+    }
+  }
   owned_ = true;
   for (uint32_t i = 0; i < n; ++i) {
     struct stat st;
@@ -87,8 +100,10 @@ bool GuestMemory::build(const MemRegionDesc* r, const int* fds, uint32_t n, std:
       unmap_all();
       return false;
     }
-    const uint64_t len = (need + page - 1) & ~(page - 1);
-    void* base = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
+    const uint64_t in_page = r[i].mmap_offset & (page - 1);
+    const uint64_t len = (in_page + r[i].memory_size + page - 1) & ~(page - 1);
+    void* base = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i],
+                      static_cast<off_t>(r[i].mmap_offset - in_page));
     if (base == MAP_FAILED) {
       *err = fmt::format("region {}: mmap of {} bytes failed", i, len);
       unmap_all();
@@ -98,7 +113,7 @@ bool GuestMemory::build(const MemRegionDesc* r, const int* fds, uint32_t n, std:
     m.gpa = r[i].guest_phys_addr;
     m.size = r[i].memory_size;
     m.uva = r[i].userspace_addr;
-    m.host = static_cast<uint8_t*>(base) + r[i].mmap_offset;
+    m.host = static_cast<uint8_t*>(base) + in_page;
     m.map_base = base;
     m.map_len = len;
     m.guard_slot = SigbusGuard::add(base, len);

@@ -30,7 +30,7 @@ struct MappedRegion {
   uint64_t uva = 0;       ///< front-end virtual address
   uint8_t* host = nullptr;  ///< our address of gpa
   void* map_base = nullptr;  ///< what mmap returned
-  size_t map_len = 0;     ///< bytes mapped (page-rounded size + offset)
+  size_t map_len = 0;     ///< bytes mapped (size + offset within its page, page-rounded)
   int guard_slot = -1;    ///< SigbusGuard registration
 };
 
@@ -50,9 +50,11 @@ class GuestMemory {
   /// closes them; mappings stay valid after close). Rejects: n == 0 or > kMaxRegions, a
   /// zero size, an address or offset range that overflows 64 bits (also after page
   /// rounding), overlapping guest-physical or userspace ranges, an fd smaller than
-  /// offset + size, or a failed mmap. On error returns false with `*err` set and maps
-  /// nothing.
-  bool build(const MemRegionDesc* regions, const int* fds, uint32_t n, std::string* err);
+  /// offset + size, more than `max_bytes` in all (page-rounded), or a failed mmap. Each
+  /// region is mapped from the page holding its mmap_offset, not from offset 0. On error
+  /// returns false with `*err` set and maps nothing.
+  bool build(const MemRegionDesc* regions, const int* fds, uint32_t n, std::string* err,
+             uint64_t max_bytes = ~uint64_t{0});
 
   /// Builds a table over memory this process already has (no mmap, nothing unmapped on
   /// destruction): for tests and for the front-end side, which owns its memory.
