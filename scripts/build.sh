@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds virtlink. Usage: scripts/build.sh [release|asan|all]
 #   release  build/        g++ RelWithDebInfo (the binaries users run; -march=native)
-#   asan     build-asan/   clang++ with AddressSanitizer + UndefinedBehaviorSanitizer
+#   asan     build-asan/   clang++ with AddressSanitizer + UndefinedBehaviorSanitizer, and the
+#                          libFuzzer targets in fuzz/ (VIRTLINK_FUZZ)
 # ccache is used when present. Both builds are incremental.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +15,7 @@ build_release() {
 }
 build_asan() {
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
-    -DVIRTLINK_SANITIZE=ON >/dev/null
+    -DVIRTLINK_SANITIZE=ON -DVIRTLINK_FUZZ=ON >/dev/null
   ninja -C build-asan -j"$jobs"
 }
 case "$what" in

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test: unit and interop tests on the release build, then the unit tests and the
-# sanitizer-labelled interop tests on the ASan/UBSan build. Prints one closing line
+# Runs every test: unit and interop tests on the release build, then the unit tests, the
+# sanitizer-labelled interop tests and the fuzz targets (label fuzz: each fuzz target for
+# 55 s, fuzz/CMakeLists.txt) on the ASan/UBSan build. Prints one closing line
 # "tests: N passed, N failed" and exits non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,8 +30,8 @@ run_ctest() {  # DIR [ctest args...]
 
 echo "== release build: all tests"
 run_ctest build
-echo "== ASan/UBSan build: unit tests and sanitizer-labelled interop tests"
-run_ctest build-asan -L "unit|asan"
+echo "== ASan/UBSan build: unit tests, sanitizer-labelled interop tests, fuzz targets"
+run_ctest build-asan -L "unit|asan|fuzz"
 
 echo "suite time: $(( $(date +%s) - start )) s"
 echo "tests: $passed passed, $failed failed"

@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora in fuzz/corpus/<target>/ (checked in; run again after changing an
+input format). Each seed is a small, valid program in the target's input format (see the
+comment at the top of each fuzz_*.cpp): the fuzzer starts from deep states (rings set up,
+frames flowing) instead of having to discover the vhost-user handshake byte by byte."""
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def bit(n):
+    return 1 << n
+
+
+F_VERSION_1, F_MRG, F_INDIRECT, F_EVENT_IDX, F_PROTO, F_MTU = bit(32), bit(15), bit(28), bit(29), bit(30), bit(3)
+P_MQ, P_RARP, P_REPLY_ACK, P_MTU = bit(0), bit(2), bit(3), bit(4)
+VERSION, NEED_REPLY = 1, 1 << 3
+(GET_FEATURES, SET_FEATURES, SET_OWNER, RESET_OWNER, SET_MEM_TABLE, SET_VRING_NUM, SET_VRING_ADDR,
+ SET_VRING_BASE, GET_VRING_BASE, SET_VRING_KICK, SET_VRING_CALL, GET_PROTOCOL_FEATURES,
+ SET_PROTOCOL_FEATURES, GET_QUEUE_NUM, SET_VRING_ENABLE, SEND_RARP, NET_SET_MTU) = (
+    1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13, 15, 16, 17, 18, 19, 20)
+D_NEXT, D_WRITE, D_INDIRECT = 1, 2, 4
+
+
+def write(target, name, data):
+    d = os.path.join(HERE, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def frame(n=64, tag=b"seed"):
+    eth = bytes.fromhex("02000000000b02000000000a") + b"\x08\x00"
+    body = tag + bytes(range(256)) * 40
+    return (eth + body)[:n]
+
+
+# ---------------------------------------------------------------------------- vhost backend
+class Backend:
+    """Builds a fuzz_vhost_backend input."""
+
+    def __init__(self):
+        self.b = b""
+
+    def msg(self, req, payload=b"", flags=VERSION, fds=()):
+        self.b += struct.pack("<BIIHB", 0, req, flags, len(payload), 0) + payload
+        self.b += struct.pack("<B", len(fds))
+        for kind, param in fds:
+            self.b += struct.pack("<BI", kind, param)
+        return self
+
+    def u64(self, req, v, flags=VERSION, fds=()):
+        return self.msg(req, struct.pack("<Q", v), flags, fds)
+
+    def state(self, req, idx, num, flags=VERSION):
+        return self.msg(req, struct.pack("<II", idx, num), flags)
+
+    def raw(self, data):
+        self.b += struct.pack("<BH", 1, len(data)) + data
+        return self
+
+    def run(self, rounds=4):
+        self.b += struct.pack("<BB", 2, rounds)
+        return self
+
+    def poke(self, memfd, off, data):
+        self.b += struct.pack("<BBIH", 3, memfd, off, len(data)) + data
+        return self
+
+    def close(self):
+        self.b += b"\x04"
+        return self
+
+
+UVA = 0x7f0000000000
+MEM = 64 << 10
+NUM = 256
+TXD, TXA, TXU, RXD, RXA, RXU, TXBUF, RXBUF = 0x0, 0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x8000, 0xa000
+
+
+def negotiate(b, features, proto, flags=VERSION, nofd=False):
+    b.msg(GET_FEATURES).u64(SET_FEATURES, features, flags)
+    b.msg(GET_PROTOCOL_FEATURES).u64(SET_PROTOCOL_FEATURES, proto, flags)
+    b.msg(SET_OWNER, flags=flags)
+    table = struct.pack("<II", 1, 0) + struct.pack("<QQQQ", 0, MEM, UVA, 0)
+    b.msg(SET_MEM_TABLE, table, flags, fds=[(0, MEM)])
+    for idx, (d, a, u) in enumerate(((RXD, RXA, RXU), (TXD, TXA, TXU))):
+        b.state(SET_VRING_NUM, idx, NUM, flags)
+        b.msg(SET_VRING_ADDR, struct.pack("<IIQQQQ", idx, 0, UVA + d, UVA + u, UVA + a, 0), flags)
+        b.state(SET_VRING_BASE, idx, 0, flags)
+        if nofd:
+            b.u64(SET_VRING_KICK, idx | 0x100, flags)
+            b.u64(SET_VRING_CALL, idx | 0x100, flags)
+        else:
+            b.u64(SET_VRING_KICK, idx, flags, fds=[(1, 1)])
+            b.u64(SET_VRING_CALL, idx, flags, fds=[(1, 1)])
+        b.state(SET_VRING_ENABLE, idx, 1, flags)
+    return b
+
+
+def desc(addr, ln, flags=0, nxt=0):
+    return struct.pack("<QIHH", addr, ln, flags, nxt)
+
+
+def post_rx(b, n=8, size=2048):
+    b.poke(0, RXD, b"".join(desc(RXBUF + i * size, size, D_WRITE) for i in range(n)))
+    b.poke(0, RXA, struct.pack("<HH", 0, n) + b"".join(struct.pack("<H", i) for i in range(n)))
+
+
+def send_tx(b, hdr_len=12, n=1, size=64):
+    data = b"".join(bytes(hdr_len) + frame(size, b"tx%02d" % i) for i in range(n))
+    b.poke(0, TXBUF, data)
+    per = hdr_len + size
+    b.poke(0, TXD, b"".join(desc(TXBUF + i * per, per) for i in range(n)))
+    b.poke(0, TXA, struct.pack("<HH", 0, n) + b"".join(struct.pack("<H", i) for i in range(n)))
+
+
+def backend_seeds():
+    full = F_VERSION_1 | F_MRG | F_INDIRECT | F_EVENT_IDX | F_PROTO | F_MTU
+    proto = P_MQ | P_RARP | P_REPLY_ACK | P_MTU
+    b = negotiate(Backend(), full, proto)
+    post_rx(b)
+    send_tx(b, n=4)
+    write("fuzz_vhost_backend", "negotiate_and_forward", b.run().b)
+
+    b = negotiate(Backend(), full, proto, VERSION | NEED_REPLY)
+    post_rx(b)
+    send_tx(b, n=2, size=1500)
+    b.run().state(GET_VRING_BASE, 1, 0, VERSION | NEED_REPLY).state(SET_VRING_BASE, 1, 2, VERSION | NEED_REPLY)
+    b.u64(SET_VRING_KICK, 1, VERSION | NEED_REPLY, fds=[(1, 1)]).u64(NET_SET_MTU, 1500, VERSION | NEED_REPLY)
+    b.u64(SEND_RARP, 0x0b00000002, VERSION | NEED_REPLY).msg(GET_QUEUE_NUM)
+    b.msg(RESET_OWNER, flags=VERSION | NEED_REPLY)
+    write("fuzz_vhost_backend", "reply_ack_reset_owner", b.b)
+
+    # No protocol features, no event index, polling (no kick/call fds), 10-byte headers.
+    b = negotiate(Backend(), F_INDIRECT, 0, nofd=True)
+    post_rx(b, n=4, size=100)
+    send_tx(b, hdr_len=10, n=1, size=300)
+    write("fuzz_vhost_backend", "legacy_polling", b.run().close().b)
+
+    # An indirect TX chain and a table swapped while running.
+    b = negotiate(Backend(), full, proto)
+    post_rx(b)
+    b.poke(0, TXBUF, bytes(12) + frame(200))
+    b.poke(0, 0xc000, desc(TXBUF, 12, D_NEXT, 1) + desc(TXBUF + 12, 200))
+    b.poke(0, TXD, desc(0xc000, 32, D_INDIRECT))
+    b.poke(0, TXA, struct.pack("<HHH", 0, 1, 0))
+    b.run()
+    table = struct.pack("<II", 2, 0) + struct.pack("<QQQQ", 0, MEM, UVA, 0) + \
+        struct.pack("<QQQQ", 0x100000, 8192, UVA + 0x100000, 4096)
+    b.msg(SET_MEM_TABLE, table, VERSION | NEED_REPLY, fds=[(6, 0), (0, 3 * 4096)])
+    write("fuzz_vhost_backend", "indirect_and_new_table", b.run().b)
+
+    # Framing garbage: a header cut short, an oversized size field, fds on GET_FEATURES.
+    b = Backend().raw(struct.pack("<II", GET_FEATURES, VERSION)).raw(struct.pack("<I", 0))
+    b.msg(GET_FEATURES, fds=[(1, 0)]).msg(SET_FEATURES, b"\0" * 4)
+    b.b += struct.pack("<BIIHBI", 0, SET_MEM_TABLE, VERSION, 0, 1, 100000) + b"\0"
+    write("fuzz_vhost_backend", "framing", b.b)
+
+
+# ------------------------------------------------------------------------------- device queue
+class Queue:
+    def __init__(self, log2num=8, features=0xf):
+        self.b = struct.pack("<BB", log2num, features)
+
+    def chain(self, ring, first, descs):
+        self.b += struct.pack("<BBHB", 4, ring, first, len(descs) - 1)
+        for region, off, ln, flags in descs:
+            self.b += struct.pack("<BIHB", region, off, ln, flags)
+        return self
+
+    def mem(self, region, off, data):
+        self.b += struct.pack("<BBIH", 3, region, off, len(data)) + data
+        return self
+
+    def table(self, region, off, entries):
+        self.b += struct.pack("<BBIB", 5, region, off, len(entries) - 1)
+        for r, o, ln, flags, nxt in entries:
+            self.b += struct.pack("<BIHHH", r, o, ln, flags, nxt)
+        return self
+
+    def burst(self):
+        self.b += b"\x06"
+        return self
+
+    def frame(self, n):
+        self.b += struct.pack("<BH", 7, n)
+        return self
+
+    def event(self, ring, v):
+        self.b += struct.pack("<BBH", 8, ring, v)
+        return self
+
+
+def queue_seeds():
+    q = Queue(8, 0xf)  # EVENT_IDX, INDIRECT, MRG_RXBUF, VERSION_1: 12-byte header
+    q.mem(0, 0x8000, bytes(12) + frame(64))
+    q.chain(1, 0, [(0, 0xa000, 1024, D_WRITE)]).chain(1, 1, [(1, 0, 1024, D_WRITE), (2, 0, 1024, D_WRITE)])
+    q.chain(0, 0, [(0, 0x8000, 76, 0)]).burst()
+    write("fuzz_device_queue", "tx_to_rx_mergeable", q.frame(1500).event(1, 3).frame(60).b)
+
+    q = Queue(4, 0x2)  # INDIRECT only: 10-byte header, no mergeable buffers
+    q.mem(1, 0x100, bytes(10) + frame(100))
+    q.table(1, 0, [(1, 0x100, 10, D_NEXT, 1), (1, 0x10a, 100, 0, 0)])
+    q.chain(0, 3, [(1, 0, 32, D_INDIRECT)])
+    q.chain(1, 0, [(2, 0, 2000, D_WRITE)]).burst()
+    write("fuzz_device_queue", "indirect_tx", q.b)
+
+    # A buffer across the region 0 / region 1 boundary (contiguous in guest-physical space).
+    q = Queue(8, 0x9)
+    q.mem(0, 0x10000 - 30, bytes(12) + frame(18)).mem(1, 0, frame(64)[18:])
+    q.chain(0, 5, [(0, 0x10000 - 30, 76, 0)]).chain(1, 7, [(0, 0xf000, 200, D_WRITE)]).burst()
+    write("fuzz_device_queue", "across_regions", q.b)
+
+    # Header split over three descriptors, then a cycle and a bad head.
+    q = Queue(3, 0x8)
+    q.mem(2, 0, bytes(12) + frame(64))
+    q.chain(0, 0, [(2, 0, 4, 0), (2, 4, 4, 0), (2, 8, 68, 0)]).chain(1, 4, [(2, 0x1000, 100, D_WRITE)])
+    q.b += struct.pack("<BBHQIHH", 0, 0, 6, 0x100, 16, D_NEXT, 6)  # self-loop
+    q.b += struct.pack("<BBHH", 1, 0, 1, 6) + struct.pack("<BBH", 2, 0, 2)
+    write("fuzz_device_queue", "split_header_and_cycle", q.burst().b)
+
+
+# ------------------------------------------------------------------------------------ packet
+def packet_seeds():
+    data = bytes(12) + frame(64)
+    seg = [5, 9, len(data) - 14]
+    b = struct.pack("<BB", 1, len(seg) - 1) + b"".join(struct.pack("<H", s) for s in seg) + data
+    for i in range(12):
+        b += struct.pack("<BBH", 0, i % 3, 1) + bytes([2, 0, 0, 0, 0, i])
+    b += struct.pack("<BBH", 2, 0, 20) + bytes(6) + struct.pack("<BBH", 3, 1, 0) + bytes(6)
+    write("fuzz_packet", "split_and_learn", b)
+    mac = b"02:00:00:00:00:0a"
+    data = bytes(10) + mac + b"\0" + bytes(50)
+    write("fuzz_packet", "mac_text", struct.pack("<BBH", 0, 0, len(data)) + data)
+
+
+if __name__ == "__main__":
+    backend_seeds()
+    queue_seeds()
+    packet_seeds()
