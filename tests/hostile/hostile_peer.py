@@ -28,6 +28,7 @@ blocked), Traffic (testpmd flooding while a front-end misbehaves).
 """
 import mmap
 import os
+import random
 import select
 import signal
 import socket
@@ -625,6 +626,12 @@ import vltest  # noqa: E402
 MAC_A, MAC_B = mac("02:00:00:00:00:0a"), mac("02:00:00:00:00:0b")
 MAC_C, MAC_D, MAC_E = mac("02:00:00:00:00:0c"), mac("02:00:00:00:00:0d"), mac("02:00:00:00:00:0e")
 BCAST = b"\xff" * 6
+
+
+def mac_str(m):
+    """aa:bb:cc:dd:ee:ff as `ctl fdb` prints it."""
+    return ":".join("%02x" % b for b in m)
+
 MAC_OF = {"c": MAC_C, "d": MAC_D, "e": MAC_E}
 CONTROL_DEADLINE_S = 2.0  # `ctl` must answer within this while a hostile peer misbehaves
 
@@ -645,13 +652,13 @@ class Harness:
     """The switch, the healthy pair (Python front-ends on a and b) and the checks made
     after every scenario."""
 
-    def __init__(self, name, ports=("a", "b", "c", "d"), healthy=True):
+    def __init__(self, name, ports=("a", "b", "c", "d"), healthy=True, extra=()):
         self.tb = vltest.Testbed(_Named(name))
         try:
             # VL_HOSTILE_SWITCH_ARGS: extra switch options for exploring, e.g. "--pmd-mode interrupt".
             self.tb.start_switch(ports=list(ports), forward="bridge",
                                  pmd_cores=os.environ.get("VL_HOSTILE_PMD_CORES", "1"),
-                                 extra=os.environ.get("VL_HOSTILE_SWITCH_ARGS", "").split())
+                                 extra=list(extra) + os.environ.get("VL_HOSTILE_SWITCH_ARGS", "").split())
             self.pid = self.tb.switch.pid
             self.hostile_ports = [p for p in ports if p not in ("a", "b")]
             self.hostiles = []
@@ -835,11 +842,12 @@ class HostileCase(unittest.TestCase):
 
     PORTS = ("a", "b", "c", "d")
     HEALTHY = True
+    SWITCH_ARGS = ()
     h = None
 
     @classmethod
     def setUpClass(cls):
-        cls.h = Harness(cls.__name__, cls.PORTS, cls.HEALTHY)
+        cls.h = Harness(cls.__name__, cls.PORTS, cls.HEALTHY, cls.SWITCH_ARGS)
 
     @classmethod
     def tearDownClass(cls):
@@ -1637,8 +1645,10 @@ class Addresses(HostileCase):
         os.close(r.fd)
 
     def test_07_huge_sparse_regions(self):
-        """Regions of terabytes (sparse memfds) and at file offsets far into the fd are
-        mapped and, after the front-end leaves, unmapped again."""
+        """Sparse memfds of terabytes: a table of more than the per-connection cap (1 TiB by
+        default, --max-guest-memory) is refused; 512 GiB plus a region at a 3 TiB file offset
+        are mapped, the latter from its offset's page (not from offset 0: 1 MiB mapped, not
+        3 TiB), and unmapped again after the front-end leaves."""
         TB = 1 << 40
         fd = os.memfd_create("vhu-huge", os.MFD_CLOEXEC)
         os.ftruncate(fd, 4 * TB)
@@ -1646,8 +1656,14 @@ class Addresses(HostileCase):
             g = self.h.guest("c", rings=False)
             regs = [(0x100000000, 2 * TB, 0x100000000000, 0), (0x100000000 + 2 * TB, 1 << 20, 0x300000000000, 3 * TB)]
             payload, _ = g.mem_table(regs, fds=[fd, fd])
+            self.assertRefused(g.refused(SET_MEM_TABLE, payload, [fd, fd]), "a 2 TiB memory table")
+            self.assertEqual(self.h.ports()["c"]["mapped_bytes"], 0)
+            g.close()
+            g = self.h.guest("c", rings=False)
+            regs = [(0x100000000, TB // 2, 0x100000000000, 0), (0x100000000 + TB, 1 << 20, 0x300000000000, 3 * TB)]
+            payload, _ = g.mem_table(regs, fds=[fd, fd])
             self.assertEqual(g.request(SET_MEM_TABLE, payload, [fd, fd]), 0)
-            self.assertGreaterEqual(self.h.ports()["c"]["mapped_bytes"], 2 * TB)
+            self.assertEqual(self.h.ports()["c"]["mapped_bytes"], TB // 2 + (1 << 20))
         finally:
             os.close(fd)
 
@@ -2151,14 +2167,11 @@ class Rings(HostileCase):
         self.assertEqual(got[0][54:58], b"TSOK")
         self.assertTrue(all(tcp4_valid(f) for f in got))
 
-    @unittest.expectedFailure
     def test_16_mac_table_eviction(self):
-        """OPEN ISSUE (not fixed; see tests/hostile/README.md): the MAC table's bucket hash is
-        public and a full bucket evicts its oldest entry whatever port owns it, so a front-end
-        that sends 16 frames from source MACs colliding with a victim's evicts the victim,
-        and unicast to the victim is then flooded - to the attacker too. Expected to fail
-        until fixed (keyed hash, and no eviction of other ports' fresh entries)."""
-        import random
+        """16 frames from source MACs that collide with a victim's bucket under the old public
+        hash (multiply-shift by 0x9e3779b97f4a7c15): the MAC table's hash is keyed now, and
+        another port's fresh entry is never evicted anyway (the MacTable group attacks a
+        one-bucket table, where every MAC collides). Unicast to a is not flooded to c."""
         K = 0x9e3779b97f4a7c15
         buckets = 1 << 16  # SwitchConfig::fdb_buckets default
 
@@ -2203,6 +2216,61 @@ class Rings(HostileCase):
             g.tx.put_avail(i)
         time.sleep(0.3)
         self.assertGreater(Harness.delta(before, self.h.stats(), "c", "rx_packets"), 0)
+
+
+# =========================================================================================
+# Scenarios: the MAC table under attack, in a table of one bucket (8 entries) where every
+# MAC collides whatever the hash key: no port evicts another port's fresh entry, one port
+# cannot keep a bucket against a newcomer, and a port's share of the table is capped.
+# =========================================================================================
+class MacTable(HostileCase):
+    PORTS = ("a", "b", "c", "d")
+    SWITCH_ARGS = ("--mac-table-buckets", "1", "--mac-limit", "6")
+
+    def fdb(self):
+        return {e["mac"]: e["port"] for e in self.h.ctl("fdb")}
+
+    def assertNotLeaked(self, g, dmac, what):
+        self.h.b.tx.send_frame(frame(dmac, MAC_B, b"SECRET " + what))
+        self.assertTrue(self.h.b.tx.wait_done(3))
+        time.sleep(0.3)
+        leaked = [f for f in g.rx.take() if b"SECRET" in f]
+        self.assertEqual(leaked, [], "unicast for %s was flooded to the attacker" % what.decode())
+
+    def test_01_flood_does_not_evict_fresh_entries(self):
+        """c sends 40 frames from 40 source MACs into the full bucket: a and b (seen within
+        the last seconds) keep their entries; c churns its own; unicast to a stays unicast."""
+        self.h.check_healthy()  # a and b seen now
+        g = self.h.guest("c")
+        g.rx.post()
+        rnd = random.Random(7)
+        for _ in range(40):
+            m = ((rnd.getrandbits(48) & ~(1 << 40)) | (2 << 40)).to_bytes(6, "big")
+            g.tx.send_frame(frame(m, m, b"evict"))
+            self.assertTrue(g.tx.wait_done(3))
+        t = self.fdb()
+        self.assertEqual(t.get(mac_str(MAC_A)), "a", t)
+        self.assertEqual(t.get(mac_str(MAC_B)), "b", t)
+        self.assertLessEqual(sum(1 for p in t.values() if p == "c"), 6, t)
+        self.assertNotLeaked(g, MAC_A, b"a")
+
+    def test_02_full_bucket_yields_to_a_newcomer(self):
+        """c fills every free entry of the bucket; d then appears: it is learned (c holds more
+        than half the bucket, so c's oldest entry makes room), and unicast to d reaches only d."""
+        self.h.check_healthy()
+        g = self.h.guest("c")
+        g.rx.post()
+        for i in range(10):
+            m = bytes([2, 0, 0, 0, 0xc0, i])
+            g.tx.send_frame(frame(m, m, b"fill"))
+            self.assertTrue(g.tx.wait_done(3))
+        d = self.h.guest("d")
+        d.rx.post()
+        self.h.learn(d, MAC_D)
+        t = self.fdb()
+        self.assertEqual(t.get(mac_str(MAC_D)), "d", t)
+        self.assertEqual(t.get(mac_str(MAC_A)), "a", t)
+        self.assertNotLeaked(g, MAC_D, b"d")
 
 
 # =========================================================================================

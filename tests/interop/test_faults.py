@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Faults (issue 8): the switch restarted under traffic with DPDK virtio-user front-ends in
+server mode (the switch is the vhost-user client), front-ends killed mid-traffic, and the
+socket files' owner, group and mode.
+
+    python3 tests/interop/test_faults.py --virtlink build/virtlink -v [Faults.test_...]
+"""
+import grp
+import os
+import pwd
+import signal
+import stat
+import subprocess
+import time
+import unittest
+
+import vlguest
+import vltest
+from vltest import log
+
+
+def memfd_maps(pid):
+    """(number, bytes) of the switch's mappings of front-end memory (memfds)."""
+    n = size = 0
+    with open("/proc/%d/maps" % pid) as f:
+        for line in f:
+            if "memfd:" in line:
+                lo, hi = line.split()[0].split("-")
+                n += 1
+                size += int(hi, 16) - int(lo, 16)
+    return n, size
+
+
+def fd_count(pid):
+    last = None
+    for _ in range(50):
+        n = len(os.listdir("/proc/%d/fd" % pid))
+        if n == last:
+            return n
+        last = n
+        time.sleep(0.02)
+    return last
+
+
+def wait(cond, timeout, what):
+    vltest._wait(cond, timeout, what, 0.1)
+
+
+class Faults(unittest.TestCase):
+
+    # -- switch restart under traffic, the switch as the vhost-user client ------------------
+    def test_switch_restart_dpdk_server(self):
+        """testpmd txonly (virtio-user server=1) -> switch (client ports, xconnect) -> testpmd
+        rxonly (server=1). The switch is stopped (SIGTERM) and later killed (SIGKILL) while
+        traffic flows; each time a new switch connects to the same testpmd processes and
+        traffic resumes without restarting them."""
+        with vlguest.GuestTestbed(self) as tb:
+            rx = tb.start_testpmd("rx", [tb.virtio_user("b", server=1)], "rxonly")
+            wait(lambda: os.path.exists(tb.sock("b")), 15, "testpmd rx listening")
+            tx = tb.start_testpmd("tx", [tb.virtio_user("a", server=1)], "txonly",
+                                  args=["--txpkts=64"])
+            wait(lambda: os.path.exists(tb.sock("a")), 15, "testpmd tx listening")
+            delivered = []
+            for rnd, sig in enumerate((None, signal.SIGTERM, signal.SIGKILL)):
+                if sig is not None:
+                    pid = tb.switch.pid
+                    if sig == signal.SIGTERM:
+                        tb.stop_switch(sig)
+                    else:
+                        tb.switch.stop(sig, timeout=10)
+                        self.assertFalse(vltest._pid_alive(pid))
+                    t_down = time.monotonic()
+                    log("switch %d stopped with %s under traffic" % (pid, sig.name))
+                tb.start_switch(ports=[], client_ports=["a", "b"], forward="xconnect")
+                tb.wait_connected(["a", "b"], timeout=30)
+                st = tb.wait_counter("b", "tx_packets", 20000, timeout=30)
+                if sig is not None:
+                    log("round %d: traffic resumed %.2f s after the stop" % (rnd, time.monotonic() - t_down))
+                info = tb.ports_info()
+                self.assertEqual([info[p]["connects"] for p in ("a", "b")], [1, 1])
+                vltest.assert_no_corruption(self, st)
+                self.assertTrue(tx.alive() and rx.alive(), "a testpmd front-end died")
+                delivered.append(st["b"]["tx_packets"])
+            txres = tb.stop_testpmd(tx)
+            st = tb.wait_quiet()
+            rxres = tb.stop_testpmd(rx)
+            vltest.assert_no_corruption(self, st)
+            got = rxres["fwd"][0]["RX-packets"]
+            log("delivered per switch: %s; testpmd tx sent %d, rx got %d" %
+                (delivered, txres["fwd"][0]["TX-packets"], got))
+            # Everything the last switch delivered reached the receiver.
+            self.assertGreaterEqual(got, st["b"]["tx_packets"])
+
+    # -- front-ends killed mid-traffic ---------------------------------------------------------
+    def test_frontend_killed_mid_traffic(self):
+        """testpmd txonly on a -> switch -> testpmd rxonly on b. Four rounds: the receiver
+        (whose memory the PMD thread writes) or the sender (whose memory it reads) is killed
+        with SIGKILL while frames flow, then started again. The switch must survive (under
+        ASan: no report, so nothing touched the memory after it was unmapped), drop only that
+        connection, unmap its memory and close its fds (back to the baseline without peers),
+        and forward again."""
+        with vltest.Testbed(self) as tb:
+            tb.start_switch(ports=["a", "b"], forward="xconnect")
+            pid = tb.switch.pid
+            base_fds = fd_count(pid)
+            base_maps = memfd_maps(pid)
+            rx = tb.start_testpmd("rx", [tb.virtio_user("b")], "rxonly")
+            tb.wait_connected(["b"])
+            tx = tb.start_testpmd("tx", [tb.virtio_user("a")], "txonly", args=["--txpkts=1518"])
+            tb.wait_connected(["a"])
+            for rnd in range(4):
+                victim = "b" if rnd % 2 == 0 else "a"
+                st = tb.switch_stats()
+                tb.wait_counter("b", "tx_packets", st["b"]["tx_packets"] + 20000, timeout=30)
+                p = rx if victim == "b" else tx
+                p.interactive = False
+                p.stop(signal.SIGKILL, timeout=10)
+                wait(lambda: tb.ports_info()[victim]["state"] != "connected", 10,
+                     "port %s disconnected after its front-end was killed" % victim)
+                info = tb.ports_info()
+                self.assertEqual(info[victim]["mapped_bytes"], 0)
+                self.assertTrue(tb.switch.alive())
+                log("round %d: killed the %s front-end mid-traffic; port down, memory unmapped" %
+                    (rnd, "receiving" if victim == "b" else "sending"))
+                name = "%s%d" % ("rx" if victim == "b" else "tx", rnd)
+                if victim == "b":
+                    rx = tb.start_testpmd(name, [tb.virtio_user("b")], "rxonly")
+                else:
+                    tx = tb.start_testpmd(name, [tb.virtio_user("a")], "txonly", args=["--txpkts=1518"])
+                tb.wait_connected([victim])
+            st = tb.switch_stats()
+            tb.wait_counter("b", "tx_packets", st["b"]["tx_packets"] + 20000, timeout=30)
+            tb.stop_testpmd(tx)
+            tb.wait_quiet()
+            tb.stop_testpmd(rx)
+            wait(lambda: all(p["state"] != "connected" for p in tb.ports_info().values()), 10,
+                 "both ports disconnected")
+            self.assertEqual(memfd_maps(pid), base_maps, "front-end memory still mapped")
+            self.assertEqual(fd_count(pid), base_fds, "fds not back to the baseline")
+            st = tb.switch_stats()
+            self.assertEqual(st["a"]["drops"]["bad_descriptor"] + st["b"]["drops"]["bad_descriptor"], 0)
+
+    # -- socket files: owner, group, mode ----------------------------------------------------
+    def test_socket_owner_group_mode(self):
+        """Default 0600 and our own user; --socket-mode/--socket-owner/--socket-group for every
+        port; a [[port]]'s own socket_* keys win over the switch-wide ones; an unknown group
+        is a start-up error."""
+        nobody = pwd.getpwnam("nobody").pw_uid
+        nogroup = grp.getgrnam("nogroup").gr_gid
+        with vltest.Testbed(self) as tb:
+            tb.start_switch(ports=["a"], forward="bridge")
+            s = os.stat(tb.sock("a"))
+            self.assertTrue(stat.S_ISSOCK(s.st_mode))
+            self.assertEqual(stat.S_IMODE(s.st_mode), 0o600)
+            self.assertEqual((s.st_uid, s.st_gid), (os.geteuid(), os.getegid()))
+        with vltest.Testbed(self) as tb:
+            cfg = ('socket_group = "nogroup"\n'
+                   '[[port]]\nname = "b"\npath = "%s"\nsocket_mode = 0o640\nsocket_group = "root"\n'
+                   % tb.sock("b"))
+            tb.start_switch(ports=["a"], forward="bridge", config=cfg,
+                            extra=["--socket-mode", "0660", "--socket-owner", "nobody"])
+            a, b = os.stat(tb.sock("a")), os.stat(tb.sock("b"))
+            self.assertEqual((stat.S_IMODE(a.st_mode), a.st_uid, a.st_gid), (0o660, nobody, nogroup))
+            self.assertEqual((stat.S_IMODE(b.st_mode), b.st_uid, b.st_gid), (0o640, nobody, 0))
+            self.assertEqual(tb.ports_info()["a"]["state"], "waiting")
+        with vltest.Testbed(self) as tb:
+            r = subprocess.run([vltest.VIRTLINK, "switch", "--port", "a=vhost-user:" + tb.sock("a"),
+                                "--control", tb.ctl_path, "--socket-group", "no-such-group-vl"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn(b"unknown socket group", r.stdout)
+            self.assertFalse(os.path.exists(tb.sock("a")))
+            r = subprocess.run([vltest.VIRTLINK, "switch", "--port", "a=vhost-user:" + tb.sock("a"),
+                                "--control", tb.ctl_path, "--socket-mode", "0999"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20)
+            self.assertEqual(r.returncode, 2)
+
+
+if __name__ == "__main__":
+    vltest.main(default_timeout=170)
