@@ -20,6 +20,8 @@ that produced them (--json; plots in bench/results/). Every benchmark measures i
   tcp, ping        guests: iperf3 throughput with offloads on/off, ping RTT and flood ping,
                    through virtlink, QEMU userspace networking and native namespaces
                    (bench/tcp_bench.py, bench/ping_bench.py; options: NAME --help)
+  soak             N minutes (10; --quick 1) of traffic with port churn: the switch's RSS,
+                   fds and mappings over time, flat or not (bench/soak_bench.py)
   loopback         the most a path carries when the traffic side sends as fast as the rings
                    allow (back-pressure, no loss criterion): virtlink xconnect and bridge
                    vs testpmd's vhost PMD. --traffic gen (default: `virtlink gen` at rate 0)
@@ -327,6 +329,9 @@ def main():
     if sys.argv[1:2] == ["chain"]:  # VNF chains, switched and direct: chain_bench.py
         import chain_bench
         return chain_bench.main(sys.argv[2:])
+    if sys.argv[1:2] == ["soak"]:  # resources over time under traffic and port churn
+        import soak_bench
+        return soak_bench.main(sys.argv[2:])
     ap = argparse.ArgumentParser(prog="virtlink bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name", choices=["p2p", "pvp", "pvvp", "loopback", "batching"])
