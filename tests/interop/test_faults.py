@@ -73,9 +73,11 @@ class Faults(unittest.TestCase):
                     log("switch %d stopped with %s under traffic" % (pid, sig.name))
                 tb.start_switch(ports=[], client_ports=["a", "b"], forward="xconnect")
                 tb.wait_connected(["a", "b"], timeout=30)
-                st = tb.wait_counter("b", "tx_packets", 20000, timeout=30)
+                tb.wait_counter("b", "tx_packets", 1, timeout=30)
                 if sig is not None:
-                    log("round %d: traffic resumed %.2f s after the stop" % (rnd, time.monotonic() - t_down))
+                    log("round %d: the new switch forwards %.2f s after the old one stopped" %
+                        (rnd, time.monotonic() - t_down))
+                st = tb.wait_counter("b", "tx_packets", 5000, timeout=30)
                 info = tb.ports_info()
                 self.assertEqual([info[p]["connects"] for p in ("a", "b")], [1, 1])
                 vltest.assert_no_corruption(self, st)
@@ -111,7 +113,7 @@ class Faults(unittest.TestCase):
             for rnd in range(4):
                 victim = "b" if rnd % 2 == 0 else "a"
                 st = tb.switch_stats()
-                tb.wait_counter("b", "tx_packets", st["b"]["tx_packets"] + 20000, timeout=30)
+                tb.wait_counter("b", "tx_packets", st["b"]["tx_packets"] + 5000, timeout=30)
                 p = rx if victim == "b" else tx
                 p.interactive = False
                 p.stop(signal.SIGKILL, timeout=10)
@@ -129,7 +131,7 @@ class Faults(unittest.TestCase):
                     tx = tb.start_testpmd(name, [tb.virtio_user("a")], "txonly", args=["--txpkts=1518"])
                 tb.wait_connected([victim])
             st = tb.switch_stats()
-            tb.wait_counter("b", "tx_packets", st["b"]["tx_packets"] + 20000, timeout=30)
+            tb.wait_counter("b", "tx_packets", st["b"]["tx_packets"] + 5000, timeout=30)
             tb.stop_testpmd(tx)
             tb.wait_quiet()
             tb.stop_testpmd(rx)
