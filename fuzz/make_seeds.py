@@ -236,7 +236,48 @@ def packet_seeds():
     write("fuzz_packet", "mac_text", struct.pack("<BBH", 0, 0, len(data)) + data)
 
 
+# ----------------------------------------------------------------------------------- offload
+def tcp_frame(payload_len, v6=False, vlan=False):
+    eth = bytes.fromhex("02000000000b02000000000a")
+    if vlan:
+        eth += b"\x81\x00\x00\x05"
+    tcp = struct.pack(">HHIIBBHHH", 1234, 5201, 1000, 0, 5 << 4, 0x18, 65535, 0, 0)
+    payload = bytes((i * 13) & 0xff for i in range(payload_len))
+    if v6:
+        ip = struct.pack(">IHBB", 6 << 28, len(tcp) + payload_len, 6, 64) + bytes(range(32))
+        eth += b"\x86\xdd"
+    else:
+        ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp) + payload_len, 7, 0x4000, 64, 6, 0,
+                         bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]))
+        eth += b"\x08\x00"
+    return eth + ip + tcp + payload, len(eth), len(eth) + len(ip)
+
+
+def offload_seed(name, txsel, rxsel, nbufs, bufsize, frame, flags, gso_type, hdr_len, gso_size,
+                 csum_start, csum_offset):
+    hdr = struct.pack("<BBHHHHH", flags, gso_type, hdr_len, gso_size, csum_start, csum_offset, 0)
+    b = struct.pack("<HHBHH", txsel, rxsel, nbufs - 1, bufsize - 1, 65535 - 64) + hdr
+    b += struct.pack("<H", len(frame)) + frame
+    write("fuzz_offload", name, b)
+
+
+def offload_seeds():
+    CSUM, GCSUM, HTSO4, HTSO6, HECN, GTSO4, GTSO6, GECN, MRG, V1 = (1 << i for i in range(10))
+    f, l3, l4 = tcp_frame(4000)
+    # TSO4 from a sender with CSUM/HOST_TSO4 to a receiver without offloads: software GSO.
+    offload_seed("tso4_soft", CSUM | HTSO4 | V1, MRG | V1, 8, 2048, f, 1, 1, l4 + 20, 1448, l4, 16)
+    # The same to a receiver that takes it whole (GUEST_TSO4 + GUEST_CSUM, mergeable buffers).
+    offload_seed("tso4_pass", CSUM | HTSO4 | V1, GCSUM | GTSO4 | MRG | V1, 8, 2048, f, 1, 1, l4 + 20, 1448, l4, 16)
+    f, l3, l4 = tcp_frame(3000, v6=True, vlan=True)
+    offload_seed("tso6_vlan_soft", CSUM | HTSO6 | V1, MRG | V1, 8, 2048, f, 1, 4, l4 + 20, 1000, l4, 16)
+    f, l3, l4 = tcp_frame(500)
+    # NEEDS_CSUM only, to a receiver without GUEST_CSUM: the checksum is filled in here.
+    offload_seed("csum_soft", CSUM | V1, V1, 2, 2048, f, 1, 0, 0, 0, l4, 16)
+    offload_seed("plain", 0, 0, 1, 1600, f, 0, 0, 0, 0, 0, 0)
+
+
 if __name__ == "__main__":
+    offload_seeds()
     backend_seeds()
     queue_seeds()
     packet_seeds()

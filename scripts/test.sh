@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: unit and interop tests on the release build, then the unit tests, the
 # sanitizer-labelled interop tests and the fuzz targets (label fuzz: each fuzz target for
-# 55 s, fuzz/CMakeLists.txt) on the ASan/UBSan build. Prints one closing line
+# 40 s, fuzz/CMakeLists.txt) on the ASan/UBSan build. Prints one closing line
 # "tests: N passed, N failed" and exits non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
