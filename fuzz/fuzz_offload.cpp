@@ -96,7 +96,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // Delivery to a receiver with its own features.
   test::FakeMemory mem;
-  mem.add_region(0, 1u << 20);
+  mem.add_region(0, 16u << 10);  // the ring
   mem.add_region(1u << 20, (nbufs * ((buf_size + 63) & ~63u)) + 4096);
   test::FakeVring ring(mem, 256, 0);
   for (uint32_t i = 0; i < nbufs; ++i) {
