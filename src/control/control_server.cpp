@@ -1,11 +1,14 @@
 #include "control/control_server.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 
@@ -34,6 +37,52 @@ bool read_line(int fd, std::string* out, size_t limit) {
   }
   return false;
 }
+
+/// Reads one request line within `budget_ms` in all (not per read): a client that trickles
+/// bytes or sends nothing cannot hold the control thread, which also serves vhost-user
+/// messages and runs the PMD watchdog, longer than that.
+bool read_request_line(int fd, std::string* out, size_t limit, int budget_ms) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(budget_ms);
+  char buf[4096];
+  while (out->size() < limit) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    const int r = poll(&p, 1, static_cast<int>(left));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    const ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) return !out->empty();
+    out->append(buf, static_cast<size_t>(n));
+    if (out->find('\n') != std::string::npos) return true;
+  }
+  return false;
+}
+
+/// Deepest nesting of arrays and objects in a JSON text (strings skipped). Parsing and
+/// copying a JSON value recurse once per level, so a request is refused before parsing
+/// when this is above kMaxDepth.
+size_t json_depth(const std::string& s) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char ch : s) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (ch == '\\') escaped = true;
+      else if (ch == '"') in_string = false;
+      continue;
+    }
+    if (ch == '"') in_string = true;
+    else if (ch == '[' || ch == '{') deepest = std::max(deepest, ++depth);
+    else if ((ch == ']' || ch == '}') && depth > 0) --depth;
+  }
+  return deepest;
+}
+constexpr size_t kMaxDepth = 16;
+constexpr int kRequestBudgetMs = 200;
 
 bool write_all(int fd, const std::string& s) {
   size_t off = 0;
@@ -90,10 +139,19 @@ void ControlServer::serve_one() {
   set_timeout(c.get(), 1);
   std::string line;
   Json reply;
-  if (!read_line(c.get(), &line, 1 << 16)) return;
-  Json req = Json::parse(line, nullptr, false);
-  if (req.is_discarded() || !req.is_object() || !req.contains("cmd") || !req["cmd"].is_string()) {
-    reply = {{"ok", false}, {"error", "malformed request"}};
+  if (!read_request_line(c.get(), &line, 1 << 16, kRequestBudgetMs)) return;
+  if (json_depth(line) > kMaxDepth) {
+    write_all(c.get(), Json{{"ok", false}, {"error", "request nested too deeply"}}.dump() + "\n");
+    return;
+  }
+  const Json req = Json::parse(line, nullptr, false);
+  static const Json kNoArgs = Json::object();
+  const Json* args = &kNoArgs;
+  if (req.is_object() && req.contains("args")) args = &req["args"];
+  if (req.is_discarded() || !req.is_object() || !req.contains("cmd") || !req["cmd"].is_string() ||
+      !args->is_object()) {
+    reply = {{"ok", false}, {"error", "malformed request (an object with a string cmd and "
+                                      "an object args)"}};
   } else {
     const std::string cmd = req["cmd"];
     auto it = handlers_.find(cmd);
@@ -102,9 +160,12 @@ void ControlServer::serve_one() {
     } else {
       Json result;
       std::string err;
-      const Json args = req.contains("args") ? req["args"] : Json::object();
-      if (it->second(args, &result, &err)) reply = {{"ok", true}, {"result", result}};
-      else reply = {{"ok", false}, {"error", err}};
+      try {
+        if (it->second(*args, &result, &err)) reply = {{"ok", true}, {"result", result}};
+        else reply = {{"ok", false}, {"error", err}};
+      } catch (const std::exception& e) {  // a handler reading args of the wrong type
+        reply = {{"ok", false}, {"error", fmt::format("invalid arguments: {}", e.what())}};
+      }
     }
   }
   write_all(c.get(), reply.dump() + "\n");

@@ -1367,6 +1367,54 @@ class Messages(HostileCase):
 # =========================================================================================
 # Scenarios: addresses and memory (items 7-9), memory replaced or truncated under traffic
 # =========================================================================================
+
+    def test_13_control_socket_abuse(self):
+        """The control socket is local but shared by every operator tool: a request with
+        args of the wrong type, a deeply nested one, a client that trickles bytes and
+        idle connections get an error or are dropped; none stops the switch, and the
+        control thread (which also serves vhost-user messages) stays responsive."""
+        def raw(line, wait=2.0):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(wait)
+            s.connect(self.h.tb.ctl_path)
+            s.sendall(line)
+            try:
+                return s.recv(65536)
+            finally:
+                s.close()
+        for a in (b"[]", b"null", b'"x"', b"5"):
+            r = raw(b'{"cmd":"set-flush","args":' + a + b"}\n")
+            self.assertIn(b'"ok":false', r, a)
+            self.assertTrue(self.h.alive(), "args %r killed the switch" % a)
+        deep = b'{"cmd":"version","args":' + b"[" * 10000 + b"]" * 10000 + b"}\n"
+        self.assertIn(b"nested", raw(deep))
+        self.assertTrue(self.h.alive())
+        # A client trickling one byte at a time, and idle clients above the listen backlog:
+        # each is dropped within the request budget, so ctl keeps answering.
+        idle = []
+        for _ in range(12):
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.connect(self.h.tb.ctl_path)
+            idle.append(c)
+        slow = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        slow.connect(self.h.tb.ctl_path)
+        t_end = time.monotonic() + 6.0  # behind the idle ones: 12 x 0.2 s
+        dropped = False
+        while time.monotonic() < t_end and not dropped:
+            try:
+                slow.send(b" ")
+            except OSError:
+                dropped = True
+            time.sleep(0.1)
+        self.assertTrue(dropped, "a client trickling bytes held its connection for 6 s")
+        t0 = time.monotonic()
+        self.h.stats()
+        self.assertLess(time.monotonic() - t0, 4.0, "ctl stats slowed by idle clients")
+        for c in idle + [slow]:
+            c.close()
+        self.assertControlResponsive()
+
+
 def two_region_memory(size=1 << 20, gpa=0x40000000, uva0=0x7f1200000000, uva1=0x7f5600000000):
     """Two memfds, contiguous in guest-physical space, far apart in front-end virtual space
     (so never contiguous in the switch's mappings either)."""
