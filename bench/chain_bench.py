@@ -317,9 +317,13 @@ def main(argv):
     ap.add_argument("--queue-size", type=int, default=1024)
     ap.add_argument("--max-trials", type=int, default=None)
     ap.add_argument("--no-check", action="store_true", help="skip the p2p method check")
-    ap.add_argument("--plot-dir", default=report.RESULTS_DIR)
+    ap.add_argument("--plot-dir", default=None,
+                    help="where PNG plots go (default: the --json file's directory, else the "
+                    "current directory)")
     ap.add_argument("--no-plot", action="store_true")
     opts = ap.parse_args(argv)
+    if opts.plot_dir is None:
+        opts.plot_dir = os.path.dirname(os.path.abspath(opts.json)) if opts.json else os.getcwd()
     vltest.VIRTLINK = os.path.abspath(opts.virtlink)
     q = opts.quick
     ns = parse_ns(opts.vnfs or ("2,5" if q else "2..5"))

@@ -226,8 +226,26 @@ class OvsSwitch:
     def ofctl(self, *args):
         return self._run("ovs-ofctl", *args)
 
+    @staticmethod
+    def remove_stale_taps():
+        """The netdev datapath creates a kernel tap 'ovs-netdev' (and one per bridge); an
+        ovs-vswitchd that was killed leaves them behind, and the next one then fails with
+        'creating tap device failed: Device or resource busy'. Removed only while no
+        ovs-vswitchd runs on this machine."""
+        if subprocess.run(["pgrep", "-x", "ovs-vswitchd"], stdout=subprocess.DEVNULL).returncode == 0:
+            return
+        if subprocess.run(["pgrep", "-f", "ovs-vswitchd-dpdk"], stdout=subprocess.DEVNULL).returncode == 0:
+            return
+        for dev in ["ovs-netdev"] + ["br%d" % i for i in range(4)]:
+            shown = subprocess.run(["ip", "-d", "link", "show", dev], capture_output=True,
+                                   text=True).stdout
+            if " tun " in shown or dev == "ovs-netdev" and shown:  # only OVS's own taps
+                subprocess.run(["ip", "link", "del", dev], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+
     def start(self, ports):
         tb = self.tb
+        self.remove_stale_taps()
         os.makedirs(self.dir)
         self.env = dict(os.environ, OVS_RUNDIR=self.dir, OVS_DBDIR=self.dir,
                         OVS_LOGDIR=self.dir, OVS_SYSCONFDIR=self.dir)
@@ -334,6 +352,7 @@ class OvsSwitch:
         for p in self.procs:
             if p.returncode is None:
                 p.stop()
+        self.remove_stale_taps()
 
 
 def make_switch(tb, kind, mode, pmd_mode="poll"):

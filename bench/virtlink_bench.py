@@ -319,7 +319,30 @@ def loopback_table(results, sizes, configs, opts, traffic):
 
 # ---------------------------------------------------------------------------------------
 
+BENCHES = [
+    ("p2p", "RFC 2544 NDR/PDR and latency: gen -> switch -> gen (virtlink, testpmd, OVS-DPDK)"),
+    ("pvp", "the same through one VNF: gen -> switch -> vnf -> switch -> gen"),
+    ("pvvp", "the same through two VNFs"),
+    ("loopback", "the most a p2p path carries with the traffic side sending as fast as it can"),
+    ("batching", "seed 003: NDR vs flows and latency per flush policy, OVS-DPDK tx-flush-interval"),
+    ("chain", "seed 000: N chained VNFs switched (virtlink, OVS-DPDK, testpmd) and direct links"),
+    ("tcp", "iperf3 between guests through virtlink, QEMU userspace networking and native"),
+    ("ping", "ping RTT between guests through virtlink (poll/interrupt/adaptive), QEMU, native"),
+    ("soak", "traffic with port churn for minutes: switch RSS, fds and mappings over time"),
+]
+
+
+def list_benches():
+    print("usage: virtlink bench NAME [options]   (virtlink bench NAME --help: its options)\n")
+    for name, what in BENCHES:
+        print("  %-9s %s" % (name, what))
+    print("\nEvery bench takes --json FILE and --quick; see bench/README.md.")
+    return 0
+
+
 def main():
+    if sys.argv[1:2] in (["list"], ["-h"], ["--help"], []):
+        return list_benches()
     if sys.argv[1:2] == ["ping"]:  # guest ping RTT: its own module and options
         import ping_bench
         return ping_bench.main(sys.argv[2:])
@@ -374,10 +397,13 @@ def main():
                     help="loopback: virtqueue layout of the traffic side's rings (packed: "
                     "testpmd virtio-user with packed_vq=1 is the traffic side, since virtlink "
                     "gen drives split rings only)")
-    ap.add_argument("--plot-dir", default=report.RESULTS_DIR,
-                    help="where PNG plots go (bench/results)")
+    ap.add_argument("--plot-dir", default=None,
+                    help="where PNG plots go (default: the --json file's directory, else the "
+                    "current directory)")
     ap.add_argument("--no-plot", action="store_true")
     opts = ap.parse_args()
+    if opts.plot_dir is None:
+        opts.plot_dir = os.path.dirname(os.path.abspath(opts.json)) if opts.json else os.getcwd()
     vltest.VIRTLINK = os.path.abspath(opts.virtlink)
     if opts.name == "batching":
         # Table (a) is at 64 B; --frame-sizes are table (b)'s (default 512,1024,1280,1518).

@@ -22,11 +22,12 @@ void add_bench_command(CLI::App& app, BenchArgs& a) {
   CLI::App* b = app.add_subcommand(
       "bench",
       "Run a benchmark: p2p, pvp, pvvp (RFC 2544 NDR/PDR and latency, with testpmd and OVS-DPDK "
-      "anchors), loopback, ping, soak (RSS/fds/mappings under port churn); NAME --help for its options (bench/README.md)");
+      "anchors), loopback, batching, chain, tcp, ping, soak; `virtlink bench` lists them, "
+      "NAME --help gives its options (bench/README.md)");
   b->allow_extras();
   b->prefix_command();
   b->set_help_flag();  // --help goes to the harness
-  b->add_option("name", a.name, "benchmark name")->required();
+  b->add_option("name", a.name, "benchmark name (none: list them)");
 }
 
 int run_bench(const BenchArgs& a) {
@@ -40,7 +41,8 @@ int run_bench(const BenchArgs& a) {
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) return 2;
   self[n] = 0;
-  std::vector<std::string> args = {"python3", script, a.name, "--virtlink", self};
+  std::vector<std::string> args = {"python3", script, a.name.empty() ? "list" : a.name,
+                                   "--virtlink", self};
   for (const auto& x : a.extra) args.push_back(x);
   std::vector<char*> argv;
   for (auto& s : args) argv.push_back(s.data());
