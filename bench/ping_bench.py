@@ -334,21 +334,10 @@ def main(argv):
             "avg/qemu-us: this run's avg RTT over the native and qemu-userspace paths' for "
             "the same run. Guests run under TCG (no KVM), so emulation dominates every RTT."
             % (opts.count, opts.interval, opts.flood, opts.flood))
-    print("virtlink bench ping   (%s, %s, %s)" % (time.strftime("%Y-%m-%d %H:%M"), version,
-                                                   anchors["qemu"]))
-    print("command: " + command)
-    print("core plan: " + CORE_PLAN)
-    print("load average at start %s, at end %s (2 CPUs: above 1 the numbers mean little)" %
-          (load0, load1))
-    print("\n".join(table(rows)))
-    print(note)
-    for e in errors:
-        print("not measured: " + e)
-    print("took %.0f s" % (time.time() - t0))
-    if opts.json:
-        report.write_json(opts.json, command, version, CORE_PLAN, rows, anchors=anchors,
-                          errors=errors, load_average={"start": load0, "end": load1},
-                          method={"count": opts.count, "interval_s": opts.interval,
+    report.print_guest_report("ping", version, anchors["qemu"], command, CORE_PLAN, load0, load1,
+                              table(rows), note, errors, t0, opts.json, rows, anchors,
+                              method={"count": opts.count, "interval_s": opts.interval,
                                   "flood": opts.flood, "runs": opts.runs, "note": note})
+    if opts.json:
         print("wrote " + opts.json)
     return 1 if (errors and not rows) else 0

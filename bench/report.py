@@ -5,6 +5,7 @@ bench/results/.
 
 import json
 import os
+import time
 import platform
 import shutil
 import subprocess
@@ -210,3 +211,24 @@ def plot_latency_cdf(hists, path, title):
               (path, title.replace("'", ""), ", ".join(plots)))
     _gnuplot(script, data)
     return path
+
+
+def print_guest_report(bench, version, qemu, command, core_plan, load0, load1, table_lines,
+                       note, errors, t0, json_path, rows, anchors, method):
+    """The end of a guest bench (ping, tcp): header, core plan, load, table, note, what was
+    not measured and the time taken; then the bench JSON when `json_path` is set."""
+    print("virtlink bench %s   (%s, %s, %s)" % (bench, time.strftime("%Y-%m-%d %H:%M"),
+                                                version, qemu))
+    print("command: " + command)
+    print("core plan: " + core_plan)
+    print("load average at start %s, at end %s (2 CPUs: above 1 the numbers mean little)" %
+          (load0, load1))
+    print("\n".join(table_lines))
+    print(note)
+    for e in errors:
+        print("not measured: " + e)
+    print("took %.0f s" % (time.time() - t0))
+    if json_path:
+        write_json(json_path, command, version, core_plan, rows, anchors=anchors, errors=errors,
+                   load_average={"start": load0, "end": load1}, method=method)
+

@@ -238,21 +238,10 @@ def main(argv):
             "with offloads over without, same stream count; vs native: over the veth pair "
             "between namespaces with the same offload setting. Guests run under TCG (no KVM)."
             % opts.seconds)
-    print("virtlink bench tcp   (%s, %s, %s)" % (time.strftime("%Y-%m-%d %H:%M"), version,
-                                                  anchors["qemu"]))
-    print("command: " + command)
-    print("core plan: " + CORE_PLAN)
-    print("load average at start %s, at end %s (2 CPUs: above 1 the numbers mean little)" %
-          (load0, load1))
-    print("\n".join(table(rows)))
-    print(note)
-    for e in errors:
-        print("not measured: " + e)
-    print("took %.0f s" % (time.time() - t0))
-    if opts.json:
-        report.write_json(opts.json, command, version, CORE_PLAN, rows, anchors=anchors,
-                          errors=errors, load_average={"start": load0, "end": load1},
-                          method={"seconds": opts.seconds, "streams": opts.streams,
+    report.print_guest_report("tcp", version, anchors["qemu"], command, CORE_PLAN, load0, load1,
+                              table(rows), note, errors, t0, opts.json, rows, anchors,
+                              method={"seconds": opts.seconds, "streams": opts.streams,
                                   "qemu_offloads_off": QEMU_OFFLOADS_OFF, "note": note})
+    if opts.json:
         print("wrote " + opts.json)
     return 1 if (errors and not rows) else 0
