@@ -1,5 +1,6 @@
 #include "app/config.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -253,6 +254,18 @@ bool validate(const SwitchConfig& cfg, std::string* err) {
     if (a == b || !linked.insert(a).second || !linked.insert(b).second) {
       *err = fmt::format("link {} {}: a port can be in one link only, with another port", a, b);
       return false;
+    }
+  }
+  if (!cfg.pmd_cores.empty()) {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
+      for (const int cpu : cfg.pmd_cores) {
+        if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &allowed)) {
+          *err = fmt::format("PMD core {} is not a CPU this process may run on", cpu);
+          return false;
+        }
+      }
     }
   }
   if (!dp::parse_flush_policy(cfg.flush, err)) return false;
