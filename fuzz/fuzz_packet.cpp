@@ -49,7 +49,12 @@ void check_split(fuzz::Input& in) {
     flat.insert(flat.end(), p, p + n);
     arena.segs[i] = Segment{bufs[i].data(), static_cast<uint32_t>(n)};
   }
-  Chain c{0, 0, nseg, static_cast<uint32_t>(flat.size()), nseg};
+  Chain c{};  // fields by name: the struct's layout is not this harness's business
+  c.head = 0;
+  c.seg_begin = 0;
+  c.nsegs = nseg;
+  c.len = static_cast<uint32_t>(flat.size());
+  c.ndesc = nseg;
   TxFrame f;
   const bool ok = split_tx_chain(arena, c, hdr_len, &f);
   if (ok != (flat.size() >= hdr_len + kEthHdrLen)) die("split_tx_chain accepted a short chain or refused a long one");
