@@ -103,6 +103,10 @@ int run_ctl(const CtlArgs& a) {
   else if (a.command == "fdb") print_fdb(result);
   else if (a.command == "pmd-stats") print_pmd(result);
   else if (a.command == "link" || a.command == "unlink") print_link(result);
+  else if (a.command == "set-flush")
+    fmt::print("flush policy of {}: {}\n", result["port"].get<std::string>(),
+               result["flush"].get<std::string>());
+  else if (a.command == "version") fmt::print("virtlink {}\n", result["version"].get<std::string>());
   else if (a.command == "links") {
     if (result.empty()) fmt::print("no links\n");
     for (const auto& l : result) print_link(l);

@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
 
   CLI::App app{"virtlink: a userspace virtio networking data plane (vhost-user switch)"};
+  // Every option's --help line shows its default value (subcommands inherit this).
+  app.option_defaults()->always_capture_default();
   app.set_version_flag("--version", VIRTLINK_VERSION);
   std::string level = "info";
   app.add_option("--log-level", level, "trace, debug, info, warn, error, off")
