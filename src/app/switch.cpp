@@ -100,9 +100,8 @@ bool Switch::setup(std::string* err) {
     *r = ports_info();
     return true;
   });
-  ctl_.add("fdb", [this](const control::Json&, control::Json* r, std::string*) {
-    *r = fdb_info();
-    return true;
+  ctl_.add("fdb", [this](const control::Json& a, control::Json* r, std::string* e) {
+    return fdb_info(a, r, e);
   });
   ctl_.add("pmd-stats", [this](const control::Json&, control::Json* r, std::string*) {
     *r = pmd_stats();
@@ -352,9 +351,35 @@ control::Json Switch::ports_info() const {
   return out;
 }
 
-control::Json Switch::fdb_info() const {
+bool Switch::fdb_info(const control::Json& args, control::Json* result, std::string* err) const {
+  uint32_t port = ~0u;
+  size_t limit = kFdbShown;
+  const auto it = args.find("argv");
+  if (it != args.end()) {
+    if (!it->is_array() || it->size() > 2) {
+      *err = "usage: fdb [PORT] [all]";
+      return false;
+    }
+    for (const auto& a : *it) {
+      if (!a.is_string()) {
+        *err = "usage: fdb [PORT] [all]";
+        return false;
+      }
+      const std::string w = a.get<std::string>();
+      if (w == "all") {
+        limit = SIZE_MAX;
+        continue;
+      }
+      for (uint32_t i = 0; i < ports_.size(); ++i)
+        if (ports_[i]->config().name == w) port = i;
+      if (port == ~0u) {
+        *err = fmt::format("no port named '{}'", w);
+        return false;
+      }
+    }
+  }
   control::Json out = control::Json::array();
-  for (const auto& e : fdb_.entries(tables_.now_s.load())) {
+  for (const auto& e : fdb_.entries(tables_.now_s.load(), port, limit)) {
     const uint64_t m = e.mac;
     out.push_back({{"mac", fmt::format("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", (m >> 40) & 0xff,
                                        (m >> 32) & 0xff, (m >> 24) & 0xff, (m >> 16) & 0xff,
@@ -362,7 +387,8 @@ control::Json Switch::fdb_info() const {
                    {"port", e.port < ports_.size() ? ports_[e.port]->config().name : "?"},
                    {"age_s", e.age_s}});
   }
-  return out;
+  *result = std::move(out);
+  return true;
 }
 
 control::Json Switch::pmd_stats() const {

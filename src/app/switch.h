@@ -30,7 +30,12 @@ class Switch {
   /// The `ctl stats --json` document (INTERFACES.md).
   control::Json stats() const;
   control::Json ports_info() const;
-  control::Json fdb_info() const;
+  /// `ctl fdb [PORT] [all]`: the MAC table as a JSON array of {mac, port, age_s}; at most
+  /// kFdbShown entries unless "all" (a table of a million MACs takes seconds to serialise
+  /// on the control thread, which also serves vhost-user). False with `err` for an unknown
+  /// port.
+  bool fdb_info(const control::Json& args, control::Json* out, std::string* err) const;
+  static constexpr size_t kFdbShown = 1000;
   control::Json pmd_stats() const;
 
  private:

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "app/config.h"
+#include "app/switch.h"
 #include "cli/commands.h"
 #include "control/control_server.h"
 
@@ -14,7 +15,7 @@ void add_ctl_command(CLI::App& app, CtlArgs& a) {
   CLI::App* c = app.add_subcommand("ctl", "Query or control a running switch");
   c->add_option("--control", a.control, "control socket (default /run/virtlink/virtlink.ctl)");
   c->add_flag("--json", a.json, "print the reply as JSON");
-  c->add_option("command", a.command, "stats | ports | fdb | pmd-stats | set-flush PORT|all POLICY | links | link A B | unlink A B | version")->required();
+  c->add_option("command", a.command, "stats | ports | fdb [PORT] [all] | pmd-stats | set-flush PORT|all POLICY | links | link A B | unlink A B | version")->required();
   c->add_option("args", a.args, "command arguments");
 }
 
@@ -57,6 +58,8 @@ void print_fdb(const Json& r) {
   for (const auto& e : r)
     fmt::print("{:<18} {:<12} {:>6}\n", e["mac"].get<std::string>(), e["port"].get<std::string>(),
                e["age_s"].get<uint32_t>());
+  if (r.size() == app::Switch::kFdbShown)
+    fmt::print("(the first {} entries: `virtlink ctl fdb [PORT] all` lists every one)\n", r.size());
 }
 
 void print_pmd(const Json& r) {

@@ -142,12 +142,13 @@ void Fdb::flush_port(uint32_t port) {
   }
 }
 
-std::vector<Fdb::Entry> Fdb::entries(uint32_t now_s) const {
+std::vector<Fdb::Entry> Fdb::entries(uint32_t now_s, uint32_t port, size_t limit) const {
   std::vector<Entry> out;
-  for (uint32_t i = 0; i <= mask_; ++i) {
-    for (uint32_t s = 0; s < kSlots; ++s) {
+  for (uint32_t i = 0; i <= mask_ && out.size() < limit; ++i) {
+    for (uint32_t s = 0; s < kSlots && out.size() < limit; ++s) {
       const uint64_t w = buckets_[i].w[s].load(std::memory_order_relaxed);
       if (!w) continue;
+      if (port != ~0u && (w & 0xffff) != port + 1) continue;
       out.push_back({w >> 16, static_cast<uint32_t>((w & 0xffff) - 1),
                      now_s - times_[i].t[s].load(std::memory_order_relaxed)});
     }

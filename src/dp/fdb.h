@@ -88,8 +88,9 @@ class Fdb {
     uint32_t port;
     uint32_t age_s;
   };
-  /// A snapshot of the table for display.
-  std::vector<Entry> entries(uint32_t now_s) const;
+  /// A snapshot of the table for display: the entries of `port` (every port when port is
+  /// ~0u), at most `limit` of them, in bucket order.
+  std::vector<Entry> entries(uint32_t now_s, uint32_t port = ~0u, size_t limit = SIZE_MAX) const;
   uint32_t capacity() const { return (mask_ + 1) * kSlots; }
 
  private:

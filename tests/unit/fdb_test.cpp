@@ -40,6 +40,18 @@ TEST(Fdb, LearnAndLookup) {
   for (const auto& x : e) EXPECT_EQ(x.age_s, 5u);
 }
 
+TEST(Fdb, EntriesByPortAndLimit) {
+  Fdb f(1024);
+  for (Mac m = 1; m <= 30; ++m) f.learn(0x020000000000ull | m, m % 3, 10);
+  EXPECT_EQ(f.entries(10).size(), 30u);
+  const auto p1 = f.entries(10, 1);
+  ASSERT_EQ(p1.size(), 10u);
+  for (const auto& x : p1) EXPECT_EQ(x.port, 1u);
+  EXPECT_EQ(f.entries(10, ~0u, 7).size(), 7u);
+  EXPECT_EQ(f.entries(10, 2, 4).size(), 4u);
+  EXPECT_TRUE(f.entries(10, 5).empty());
+}
+
 TEST(Fdb, RelearningRefreshesWithoutDuplicates) {
   Fdb f(1024);
   for (uint32_t t = 0; t < 100; ++t) f.learn(kA, 3, t);
