@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "gen/tsc_clock.h"
 #include "port/port.h"
@@ -201,7 +202,11 @@ void Vnf::run() {
   timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   uint64_t idle = 0;
+  // SIGURG: ignored by default, so a stray one is harmless (the switch uses it likewise).
+  if (cfg_.direct_link && !watchdog_.start(pthread_self(), &progress_, SIGURG))
+    spdlog::warn("vnf: no watchdog thread: a direct link's peer could block this thread");
   for (uint64_t pass = 0; !stop_.load(std::memory_order_relaxed); ++pass) {
+    progress_.store(pass, std::memory_order_relaxed);
     const uint64_t c0 = gen::rdtsc();
     const uint32_t got = forward(0) + forward(1);
     if (got) {
@@ -233,6 +238,7 @@ void Vnf::run() {
         break;
     }
   }
+  watchdog_.stop();
 }
 
 nlohmann::json Vnf::stats() const {
@@ -270,6 +276,7 @@ nlohmann::json Vnf::stats() const {
           {"cycles_per_packet",
            busy_packets_ ? static_cast<double>(busy_cycles_) / static_cast<double>(busy_packets_) : 0.0},
           {"tsc_hz", tsc_hz_},
+          {"watchdog_interrupts", watchdog_.interrupts()},
           {"direct_links", links}};
 }
 

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "util/stall_watchdog.h"
 #include "vhost/frontend.h"
 #include "vnf/direct_link.h"
 #include "virtio/driver_memory.h"
@@ -79,6 +80,12 @@ class Vnf {
   uint32_t hdr_len_ = 12;
   DirectLink link_[2];
   std::atomic<bool> stop_{false};
+  /// Bumped every pass (the watchdog's view of progress; a pass in interrupt mode sleeps
+  /// at most 100 ms).
+  std::atomic<uint64_t> progress_{0};
+  /// Interrupts run() when a write to a direct-link peer's call fd blocks it for 1 s: the
+  /// write fails with EINTR and that queue stops (the link is then served no more).
+  StallWatchdog watchdog_;
   std::atomic<bool> stats_requested_{false};
   uint64_t sleeps_ = 0;
   /// TSC cycles of passes that forwarded something, and the frames they forwarded: their

@@ -20,6 +20,10 @@ vnf x serves the rings of vnf y's port 0, so only the first and last hop cross t
         unlink its mappings and fd count are back to what they were before the link.
   DirectLink.test_fallback_no_capability   a vnf started with --no-direct-link: ctl link
         reports the link switched with the reason and traffic still flows.
+  DirectLink.test_peer_blocks_call_fd   the linked port's front-end (a Python peer) makes its
+        receive call eventfd blocking with a full counter, so the vnf's write to it blocks:
+        the vnf's watchdog interrupts it within seconds (watchdog_interrupts >= 1), the vnf
+        answers again and keeps forwarding the other direction.
 
     python3 tests/interop/test_direct_link.py --virtlink build/virtlink [-v] [CASE]
 """
@@ -111,6 +115,13 @@ def memfd_inodes(pid):
 
 def fd_count(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def hostile_guest(tb, port):
+    """A Python front-end on `port` (tests/hostile/hostile_peer.py Guest), negotiated."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "hostile"))
+    import hostile_peer  # noqa: E402
+    return hostile_peer, hostile_peer.Guest(tb.sock(port)).negotiate()
 
 
 def wait_link_state(tb, a, b, state, timeout=10):
@@ -268,6 +279,49 @@ class DirectLink(unittest.TestCase):
             self.assertGreater(st["a1"]["rx_packets"], 0)
             r = tb.ctl("unlink", "b0", "a1")
             self.assertEqual(r["state"], "switched", r)
+
+
+    def test_peer_blocks_call_fd(self):
+        with vltest.Testbed(self) as tb:
+            ports, vnfs, procs = start_chain(tb, 1)
+            hp, g0 = hostile_guest(tb, "g0")
+            _, g1 = hostile_guest(tb, "g1")
+            try:
+                tb.wait_connected(["g0", "g1"])
+                r = tb.ctl("link", "g1", "a1")  # vnf a serves g1's rings
+                self.assertEqual(r["state"], "direct", r)
+                g0.rx.post()
+                g1.rx.post()
+                # The vnf makes the fds it was handed non-blocking when it starts serving
+                # the link: wait for that before the peer makes them blocking again.
+                vltest._wait(lambda: vnf_stats(procs[0])["direct_links"][1]["active"], 10,
+                             "the vnf serving the link", 0.1)
+                time.sleep(0.2)
+                # g1's receive call fd: blocking, counter at its maximum. The next write the
+                # vnf makes to it (after filling g1's receive ring) blocks.
+                os.set_blocking(g1.call[hp.RX], True)
+                os.eventfd_write(g1.call[hp.RX], 0xfffffffffffffffe)
+                m0, m1 = hp.mac("02:00:00:00:00:a0"), hp.mac("02:00:00:00:00:a1")
+                for i in range(4):
+                    self.assertTrue(g0.tx.send_frame(hp.frame(m1, m0, b"blk%d" % i)))
+                # Leave the vnf alone meanwhile: SIGUSR1 (vnf_stats) would interrupt the
+                # blocked write too. The watchdog acts after 1 s without a pass.
+                time.sleep(4)
+                js = vnf_stats(procs[0], timeout=15)
+                self.assertGreaterEqual(js["watchdog_interrupts"], 1, js)
+                self.assertIsNone(procs[0].p.poll(), "the vnf exited")
+                # The other direction still flows: g1 -> (link) -> vnf a -> a0 -> g0.
+                for i in range(4):
+                    self.assertTrue(g1.tx.send_frame(hp.frame(m0, m1, b"back%d" % i)))
+                got = 0
+                deadline = time.time() + 10
+                while got < 4 and time.time() < deadline:
+                    got += len(g0.rx.take())
+                    time.sleep(0.01)
+                self.assertEqual(got, 4)
+            finally:
+                g0.close()
+                g1.close()
 
 
 if __name__ == "__main__":
