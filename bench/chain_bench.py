@@ -36,7 +36,6 @@ projection a lower bound.
 import argparse
 import copy
 import os
-import shlex
 import signal
 import sys
 import time
@@ -339,8 +338,7 @@ def main(argv):
     for m in modes:
         if m not in MODES:
             raise SystemExit("unknown mode %s (%s)" % (m, ",".join(MODES)))
-    command = "virtlink bench chain " + " ".join(
-        shlex.quote(a) for a in argv if not a.startswith("--virtlink") and a != opts.virtlink)
+    command = report.bench_command("chain", argv)
     version, anchors = report.versions(vltest.VIRTLINK)
     load0 = report.load_average()
     t0 = time.time()
@@ -365,16 +363,7 @@ def main(argv):
             "in one back-pressured trial (switch: its cycles per packet x the times a frame "
             "crosses it: N+1 switched, 2 direct); trials of %.3g s (vsperf: 60 s)" % opts.trial)
     print("virtlink bench chain   (%s, %s)" % (time.strftime("%Y-%m-%d %H:%M"), version))
-    print("core plan: " + CORE_PLAN)
-    print("load average at start %s, at end %s (2 CPUs: above 1 the numbers mean little)" %
-          (load0, load1))
-    print("\n".join(lines))
-    print(note)
-    for e in errors:
-        print("not measured: " + e)
-    for p in plots:
-        print("plot: " + p)
-    print("took %.0f s" % (time.time() - t0))
+    report.print_summary(CORE_PLAN, load0, load1, lines, note, errors, plots, t0)
     if opts.json:
         report.write_json(opts.json, command, version, CORE_PLAN, rows, anchors=anchors,
                           errors=errors, load_average={"start": load0, "end": load1},

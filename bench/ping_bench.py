@@ -27,7 +27,6 @@ what the bench is for. Bridges and tap devices are removed on every exit path.
 import argparse
 import os
 import re
-import shlex
 import subprocess
 import sys
 import time
@@ -301,20 +300,9 @@ def main(argv):
     opts.runs = [r.strip() for r in opts.runs.split(",")]
     ping_cmds(opts)  # unknown run names fail before anything starts
     paths = [p.strip() for p in opts.paths.split(",")]
-    for f in ("vmlinuz", "initramfs.cpio.gz") if set(paths) - {"native"} else ():
-        if not os.path.exists(os.path.join(vlguest.IMAGE_DIR, f)):
-            raise SystemExit("ping: no guest image in %s (scripts/guest/build-guest.sh)"
-                             % vlguest.IMAGE_DIR)
-    # --virtlink is the binary `virtlink bench` passes itself; not part of the command.
-    args, skip = list(argv), set()
-    for i, a in enumerate(args):
-        if a == "--virtlink":
-            skip.update((i, i + 1))
-        elif a.startswith("--virtlink="):
-            skip.add(i)
-    command = "virtlink bench ping " + " ".join(shlex.quote(a) for i, a in enumerate(args)
-                                                if i not in skip)
-    command = command.rstrip()
+    if set(paths) - {"native"}:
+        report.require_guest_image("ping", vlguest.IMAGE_DIR)
+    command = report.bench_command("ping", argv)
     version, anchors = report.versions(vltest.VIRTLINK)
     anchors["qemu"] = qemu_version()
     load0 = report.load_average()

@@ -7,6 +7,7 @@ import json
 import os
 import time
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -43,6 +44,43 @@ def load_average():
             return [float(x) for x in f.read().split()[:3]]
     except OSError:
         return None
+
+
+def bench_command(name, argv):
+    """The command line a bench records: `virtlink bench NAME ARGS`, without the --virtlink
+    option `virtlink bench` passes to its scripts (not the user's)."""
+    skip = set()
+    for i, a in enumerate(argv):
+        if a == "--virtlink":
+            skip.update((i, i + 1))
+        elif a.startswith("--virtlink="):
+            skip.add(i)
+    words = ["virtlink", "bench"] + ([name] if name else [])
+    return " ".join(words + [shlex.quote(a) for i, a in enumerate(argv) if i not in skip])
+
+
+def require_guest_image(bench, image_dir):
+    """Exits with a message when the guest kernel or initramfs is missing."""
+    for f in ("vmlinuz", "initramfs.cpio.gz"):
+        if not os.path.exists(os.path.join(image_dir, f)):
+            raise SystemExit("%s: no guest image in %s (scripts/guest/build-guest.sh)"
+                             % (bench, image_dir))
+
+
+def print_summary(core_plan, load0, load1, lines, note, errors, plots, t0):
+    """The end of a bench's terminal report: core plan, load, table, note, what was not
+    measured, plots, and the time taken."""
+    print("core plan: " + core_plan)
+    print("load average at start %s, at end %s (2 CPUs: above 1 the numbers mean little)" %
+          (load0, load1))
+    print("\n".join(lines))
+    print(note)
+    for e in errors:
+        print("not measured: " + e)
+    for p in plots:
+        if p:
+            print("plot: " + p)
+    print("took %.0f s" % (time.time() - t0))
 
 
 def machine():

@@ -31,7 +31,6 @@ churn cycle count, the verdict) and a PNG plot (RSS, fds, mappings over time) ne
 import argparse
 import os
 import random
-import shlex
 import struct
 import subprocess
 import sys
@@ -242,14 +241,7 @@ def main(argv):
     minutes = opts.minutes or (1.0 if opts.quick else 10.0)
     interval = opts.interval or (2.0 if opts.quick else 5.0)
     warmup = opts.warmup if opts.warmup is not None else (10.0 if opts.quick else 30.0)
-    args, skip = list(argv), set()
-    for i, a in enumerate(args):
-        if a == "--virtlink":
-            skip.update((i, i + 1))
-        elif a.startswith("--virtlink="):
-            skip.add(i)
-    command = ("virtlink bench soak " + " ".join(shlex.quote(a) for i, a in enumerate(args)
-                                                 if i not in skip)).rstrip()
+    command = report.bench_command("soak", argv)
     version, anchors = report.versions(vltest.VIRTLINK)
     load0 = report.load_average()
     duration = minutes * 60.0

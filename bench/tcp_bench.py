@@ -22,7 +22,6 @@ the receiver's: iperf3's sum_received bits_per_second. Guests run under TCG, so 
 import argparse
 import contextlib
 import os
-import shlex
 import subprocess
 import sys
 import time
@@ -209,18 +208,8 @@ def main(argv):
     opts.modes = [m.strip() for m in opts.modes.split(",")]
     paths = [p.strip() for p in opts.paths.split(",")]
     if "virtlink" in paths or "qemu-userspace" in paths:
-        for f in ("vmlinuz", "initramfs.cpio.gz"):
-            if not os.path.exists(os.path.join(vlguest.IMAGE_DIR, f)):
-                raise SystemExit("tcp: no guest image in %s (scripts/guest/build-guest.sh)"
-                                 % vlguest.IMAGE_DIR)
-    args, skip = list(argv), set()
-    for i, a in enumerate(args):
-        if a == "--virtlink":
-            skip.update((i, i + 1))
-        elif a.startswith("--virtlink="):
-            skip.add(i)
-    command = ("virtlink bench tcp " + " ".join(shlex.quote(a) for i, a in enumerate(args)
-                                                if i not in skip)).rstrip()
+        report.require_guest_image("tcp", vlguest.IMAGE_DIR)
+    command = report.bench_command("tcp", argv)
     version, anchors = report.versions(vltest.VIRTLINK)
     anchors["qemu"] = ping_bench.qemu_version()
     anchors["iperf3"] = report.package_version("iperf3")
