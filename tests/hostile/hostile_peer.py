@@ -2336,7 +2336,10 @@ class Notify(HostileCase):
         self.h.check_healthy(timeout=3)
         stall = time.monotonic() - t0
         _log("%s: connection closed and healthy pair forwarding %.2f s after the block" % (what, stall))
-        self.assertLess(stall, 6.0)
+        # The watchdog acts within two control ticks (2 s); the rest is the test's own
+        # polling and, on a loaded 2-CPU machine, scheduling (7.2 s seen under load 19).
+        # Without the watchdog the stall never ends.
+        self.assertLess(stall, 10.0)
         # The port is held down: a new connection is closed at once.
         again = self.h.connect(g.path.rsplit("/", 1)[1].split(".")[0])
         self.assertClosed(again, 3, "on a held-down port")
