@@ -157,6 +157,11 @@ void LinkManager::establish(Link& l) {
   if (be.vring(vhost::kRxVring).packed || be.vring(vhost::kTxVring).packed)
     return set_switched(l, fmt::format("port {} uses packed rings, which direct links do not "
                                        "serve yet", name(l.a)));
+  // Live migration: B's front-end would write A's guest memory without marking the dirty
+  // log, so a port under migration stays switched (the pause that set LOG_ALL revoked any
+  // link it had).
+  if (virtio::has(be.features(), virtio::kFLogAll))
+    return set_switched(l, fmt::format("port {} is being migrated (dirty logging on)", name(l.a)));
   if (!pb.backend().connected())
     return set_switched(l, fmt::format("port {} is not connected", name(l.b)));
   const int cfd = pb.backend().link_channel_fd();

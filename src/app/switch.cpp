@@ -263,7 +263,13 @@ control::Json Switch::stats() const {
                      {"tx_bytes", c.tx_bytes},
                      {"drops", drops},
                      {"flush", dp::flush_policy_name(tables_.flush_policy(i))},
-                     {"offload", soft}});
+                     {"offload", soft},
+                     {"migration",
+                      {{"logging", p.backend().logging()},
+                       {"dirty_pages_logged",
+                        p.backend().log_stats().pages_logged.load(std::memory_order_relaxed)},
+                       {"dirty_log_out_of_range",
+                        p.backend().log_stats().out_of_range.load(std::memory_order_relaxed)}}}});
     add_queue_age(i, &ports.back());
   }
   return {{"ports", ports}};

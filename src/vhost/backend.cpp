@@ -1,6 +1,8 @@
 #include "vhost/backend.h"
 
 #include <fcntl.h>
+
+#include <algorithm>
 #include <sys/socket.h>
 
 #include <fmt/format.h>
@@ -43,6 +45,7 @@ constexpr Spec kSpecs[] = {
     {Req::kGetQueueNum, 0, 0, &Backend::h_get_queue_num},
     {Req::kSetVringEnable, sizeof(VringState), 0, &Backend::h_set_vring_enable},
     {Req::kSendRarp, 8, 0, &Backend::h_send_rarp},
+    {Req::kSetLogBase, 16, 1, &Backend::h_set_log_base},
     {Req::kNetSetMtu, 8, 0, &Backend::h_net_set_mtu},
     {static_cast<Req>(kReqVlLinkChannel), 0, 0, &Backend::h_vl_link_channel},
 };
@@ -71,9 +74,10 @@ BackendOptions BackendOptions::defaults() {
   BackendOptions o;
   o.features = bit(kFVersion1) | bit(kNetFMrgRxbuf) | bit(kRingFEventIdx) |
                bit(kRingFIndirectDesc) | bit(kNetFMtu) | bit(kFProtocolFeatures) |
-               kOffloadFeatures | bit(kFRingPacked) | bit(kFInOrder);
+               kOffloadFeatures | bit(kFRingPacked) | bit(kFInOrder) | bit(kFLogAll) |
+               bit(kNetFGuestAnnounce);
   o.protocol_features = bit(kProtoMq) | bit(kProtoReplyAck) | bit(kProtoMtu) | bit(kProtoRarp) |
-                        bit(kProtoVlDirectLink);
+                        bit(kProtoVlDirectLink) | bit(kProtoLogShmfd);
   o.queue_pairs = 1;
   return o;
 }
@@ -258,6 +262,7 @@ bool Backend::h_set_vring_addr(Message& m, Reply& r) {
   if (!vring_index(a.index, &i, r)) return false;
   if (a.flags & ~1u) return fail(r, fmt::format("unknown vring address flags {:#x}", a.flags));
   host_->pause_datapath();
+  save_base(vrings_[i]);  // QEMU sets the address again (VHOST_VRING_F_LOG) mid-traffic
   vrings_[i].addr = a;
   vrings_[i].addr_set = true;
   vrings_[i].detach();
@@ -293,10 +298,9 @@ bool Backend::h_get_vring_base(Message& m, Reply& r) {
   if (!vring_index(s.index, &i, r)) return false;
   host_->pause_datapath();
   Vring& v = vrings_[i];
-  if (v.attached()) {
-    v.base = v.packed ? v.pq.vring_base() : v.q.last_avail();
-    v.base_set = true;
-  }
+  // Paused: no frame of this port is held in a PMD thread's output queues (they are
+  // delivered or returned at the quiescent point, dp/pmd.h), so every chain taken is used.
+  save_base(v);
   v.started = false;  // vhost-user.rst GET_VRING_BASE: stops the ring
   v.kick.reset();
   v.detach();
@@ -385,6 +389,58 @@ bool Backend::h_vl_link_channel(Message&, Reply& r) {
   return true;
 }
 
+bool Backend::h_set_log_base(Message& m, Reply& r) {
+  // vhost-user.rst SET_LOG_BASE: u64 mmap_size, u64 mmap_offset, the log's fd; with
+  // LOG_SHMFD the front-end waits for a reply (QEMU vhost_user_set_log_base reads one).
+  if (!has(proto_features_, kProtoLogShmfd)) return fail(r, "LOG_SHMFD not negotiated");
+  if (m.nfds != 1) return fail(r, fmt::format("{} fds, the log's one expected", m.nfds));
+  uint64_t size, offset;
+  __builtin_memcpy(&size, m.payload, 8);
+  __builtin_memcpy(&offset, m.payload + 8, 8);
+  if (mem_) {
+    uint64_t end = 0;
+    for (uint32_t k = 0; k < mem_->region_count(); ++k)
+      end = std::max(end, mem_->region(k).gpa + mem_->region(k).size);
+    if (size < DirtyLog::bytes_for(end))
+      return fail(r, fmt::format("log of {} bytes, guest memory up to {:#x} needs {}", size, end,
+                                 DirtyLog::bytes_for(end)));
+  }
+  auto log = std::make_unique<DirtyLog>(&log_stats_);
+  std::string err;
+  if (!log->map(m.fds[0].get(), size, offset, &err)) return fail(r, err);
+  host_->pause_datapath();
+  log_ = std::move(log);  // the old log is unmapped here, with no thread using it
+  refresh();
+  host_->resume_datapath();
+  VL_LOG_RL(spdlog::level::info, "vhost-user: dirty log of {} bytes", size);
+  r.set_u64(0);
+  return true;
+}
+
+void Backend::save_base(Vring& v) {
+  if (!v.attached()) return;
+  v.base = v.packed ? v.pq.vring_base() : v.q.last_avail();
+  v.base_set = true;
+}
+
+void Backend::set_queue_log(uint32_t i) {
+  Vring& v = vrings_[i];
+  DirtyLog* log = logging() ? log_.get() : nullptr;
+  uint64_t a = 0, b = 0;
+  if (log && v.packed) {
+    // Validated by attach_packed (uva_to_host), so both translate.
+    mem_->uva_to_gpa(v.addr.desc_user_addr, &a);
+    mem_->uva_to_gpa(v.addr.used_user_addr, &b);
+  } else if (log) {
+    // vhost-user.rst SET_VRING_ADDR: with VHOST_VRING_F_LOG, log_guest_addr is the used
+    // ring's guest-physical address for logging; attach_split checked it is in guest memory.
+    if (v.addr.flags & kVringFLog) a = v.addr.log_guest_addr;
+    else mem_->uva_to_gpa(v.addr.used_user_addr, &a);
+  }
+  if (v.packed) v.pq.set_dirty_log(log, a, b);
+  else v.q.set_dirty_log(log, a);
+}
+
 void Backend::restart_vring(uint32_t i, uint16_t base) {
   if (i >= kNumVrings) return;
   vrings_[i].base = base;
@@ -420,6 +476,7 @@ void Backend::refresh() {
     }
     if (packed) v.pq.set_call_fd(v.call.get());
     else v.q.set_call_fd(v.call.get());
+    set_queue_log(i);
     v.why_not.clear();
   }
 }
@@ -433,6 +490,12 @@ bool Backend::attach_split(uint32_t i) {
   const bool aligned = !(reinterpret_cast<uintptr_t>(desc) & 15) &&
                        !(reinterpret_cast<uintptr_t>(avail) & 1) &&
                        !(reinterpret_cast<uintptr_t>(used) & 3);
+  if ((v.addr.flags & kVringFLog) && !mem_->translate_whole(v.addr.log_guest_addr, used_ring_bytes(num))) {
+    v.why_not = "log address of the used ring not in guest memory";
+    VL_LOG_RL(spdlog::level::warn, "vhost-user: vring {} log address {:#x} does not translate", i,
+              v.addr.log_guest_addr);
+    return false;
+  }
   if (!desc || !avail || !used || !aligned) {
     // hostile-inputs.md item 9: the ring does not start.
     v.why_not = "ring address not in guest memory";
@@ -498,6 +561,7 @@ void Backend::reset_device() {
   proto_features_ = 0;
   mtu_ = 0;
   rarp_mac_set_ = false;
+  log_.reset();
 }
 
 void Backend::disconnect() {

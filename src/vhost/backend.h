@@ -21,6 +21,7 @@
 #include "vhost/link_protocol.h"
 #include "vhost/protocol.h"
 #include "virtio/device_queue.h"
+#include "virtio/dirty_log.h"
 #include "virtio/packed_device_queue.h"
 #include "virtio/guest_memory.h"
 
@@ -88,7 +89,8 @@ struct BackendOptions {
   /// connections need (sparse memfds of terabytes cost it nothing).
   uint64_t max_mapped_bytes = uint64_t{1} << 40;
   /// The default offer: VERSION_1, MRG_RXBUF, EVENT_IDX, INDIRECT_DESC, RING_PACKED,
-  /// IN_ORDER, MTU, PROTOCOL_FEATURES and kOffloadFeatures; protocol MQ, REPLY_ACK, MTU, RARP.
+  /// IN_ORDER, MTU, PROTOCOL_FEATURES, kOffloadFeatures, and for live migration LOG_ALL and
+  /// GUEST_ANNOUNCE; protocol MQ, REPLY_ACK, MTU, RARP, LOG_SHMFD.
   static BackendOptions defaults();
 };
 
@@ -120,6 +122,11 @@ class Backend {
   bool has_rarp_mac() const { return rarp_mac_set_; }
   const uint8_t* rarp_mac() const { return rarp_mac_; }
   uint64_t messages() const { return messages_; }
+  /// Live migration: the front-end set VHOST_F_LOG_ALL and gave a log (SET_LOG_BASE); every
+  /// write into guest memory is then marked in it (virtio/dirty_log.h).
+  bool logging() const { return log_ && virtio::has(features_, virtio::kFLogAll); }
+  /// Dirty-log counters of this port, over all connections (stats JSON).
+  const virtio::DirtyLogStats& log_stats() const { return log_stats_; }
 
   // Handlers (public for the message table; called only through dispatch()).
   struct Reply;
@@ -138,6 +145,7 @@ class Backend {
   bool h_get_queue_num(Message&, Reply&);
   bool h_set_vring_enable(Message&, Reply&);
   bool h_send_rarp(Message&, Reply&);
+  bool h_set_log_base(Message&, Reply&);
   bool h_net_set_mtu(Message&, Reply&);
   bool h_vl_link_channel(Message&, Reply&);
 
@@ -181,6 +189,10 @@ class Backend {
   /// Binds vring i's queue to its ring memory; false (why_not set) if the ring cannot start.
   bool attach_split(uint32_t i);
   bool attach_packed(uint32_t i);
+  /// Gives vring i's queue the dirty log (or none) with its rings' guest-physical addresses.
+  void set_queue_log(uint32_t i);
+  /// Keeps an attached ring's position in `base` before it is detached and set up again.
+  void save_base(Vring& v);
 
   DeviceHost* host_;
   BackendOptions opts_;
@@ -197,6 +209,8 @@ class Backend {
   UniqueFd mem_fds_[virtio::GuestMemory::kMaxRegions];       ///< fds of mem_'s regions
   virtio::MemRegionDesc mem_regions_[virtio::GuestMemory::kMaxRegions] = {};
   UniqueFd link_chan_;  ///< the switch's end of the direct-link channel
+  virtio::DirtyLogStats log_stats_;
+  std::unique_ptr<virtio::DirtyLog> log_;  ///< SET_LOG_BASE's bitmap, or null
 };
 
 }  // namespace vl::vhost

@@ -111,6 +111,16 @@ struct MemTableHeader {
   uint32_t padding;
 };
 
+/// VringAddr::flags bit 0 (VHOST_VRING_F_LOG): log_guest_addr is valid, log the used ring.
+inline constexpr uint32_t kVringFLog = 1;
+
+/// SET_LOG_BASE payload ("Log description"); the log's fd comes with it (LOG_SHMFD).
+struct LogDesc {
+  uint64_t mmap_size;    ///< bytes of bitmap
+  uint64_t mmap_offset;  ///< where the bitmap starts in the fd
+};
+static_assert(sizeof(LogDesc) == 16);
+
 /// SET_VRING_KICK/CALL/ERR u64 payload: bits 0-7 vring index, bit 8 "no fd" (polling).
 inline constexpr uint64_t kVringIdxMask = 0xff;
 inline constexpr uint64_t kVringNoFd = 1u << 8;

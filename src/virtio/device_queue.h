@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "virtio/dirty_log.h"
 #include "virtio/guest_memory.h"
 #include "virtio/virtio_defs.h"
 
@@ -93,7 +94,18 @@ class DeviceQueue {
     desc_ = nullptr;
     avail_ = nullptr;
     used_ = nullptr;
+    log_ = nullptr;
   }
+  /// Live migration: while `log` is set (the front-end has VHOST_F_LOG_ALL), every write
+  /// into the used ring (guest-physical `used_gpa`) is marked in it after it is made, once
+  /// per publish_used()/set_kicks(), and deliver_frame marks the receive buffers it fills.
+  /// Null (the default, reset by detach()) costs one predictable branch per burst.
+  void set_dirty_log(DirtyLog* log, uint64_t used_gpa) {
+    log_ = log;
+    used_gpa_ = used_gpa;
+  }
+  DirtyLog* dirty_log() const { return log_; }
+  const GuestMemory* memory() const { return mem_; }
   bool attached() const { return used_ != nullptr; }
   bool broken() const { return broken_; }
   /// Stops the queue for good (until attach() again): the driver broke the ring.
@@ -170,6 +182,7 @@ class DeviceQueue {
     const uint16_t old = published_used_;
     __atomic_store_n(&used_->idx, last_used_, __ATOMIC_RELEASE);
     published_used_ = last_used_;
+    if (log_) [[unlikely]] log_used(old, last_used_);
     if (call_fd_ < 0) return false;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);  // our idx store before the driver's event read
     bool need;
@@ -196,6 +209,10 @@ class DeviceQueue {
                        __ATOMIC_RELAXED);
     }
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (log_) [[unlikely]] {
+      if (event_idx_) log_->mark(used_gpa_ + 4 + 8ull * num_, 2);  // avail_event
+      else log_->mark(used_gpa_, 2);                                 // flags
+    }
   }
 
   /// Writes the call eventfd. The front-end shares that fd's open file description, so
@@ -220,6 +237,16 @@ class DeviceQueue {
   bool call_blocked() const { return __atomic_load_n(&call_blocked_, __ATOMIC_ACQUIRE); }
 
  private:
+  /// Marks the used ring's flags/idx and the entries [from, to) (mod size) in the log.
+  void log_used(uint16_t from, uint16_t to) {
+    log_->mark(used_gpa_, 4);
+    const uint32_t n = static_cast<uint16_t>(to - from);
+    const uint32_t first = from & mask_;
+    const uint32_t k = n < num_ - first ? n : num_ - first;  // entries before the wrap
+    log_->mark(used_gpa_ + 4 + 8ull * first, 8ull * k);
+    if (n > k) log_->mark(used_gpa_ + 4, 8ull * (n - k));
+  }
+
   /// Appends the buffer [addr, addr+len) to the arena, split at region edges.
   bool add_buffer(SegmentArena& arena, uint32_t* nsegs, uint64_t addr, uint32_t len) {
     if (len == 0) {  // item 8: the address must translate even for an empty buffer
@@ -261,6 +288,8 @@ class DeviceQueue {
   bool broken_ = false;
   bool call_blocked_ = false;  ///< see call_blocked(); written by a PMD thread
   int call_fd_ = -1;
+  DirtyLog* log_ = nullptr;  ///< see set_dirty_log()
+  uint64_t used_gpa_ = 0;
 };
 
 template <bool kDeviceWrites>

@@ -105,6 +105,17 @@ void write_u16_at(const Segment* dst, uint32_t ndst, uint32_t off, uint16_t v) {
   }
 }
 
+/// Live migration: marks the first `bytes` bytes of a receive chain's segments in the log
+/// (after they were written).
+void log_written(DirtyLog* log, const GuestMemory* mem, const Segment* segs, uint32_t n,
+                 uint64_t bytes) {
+  for (uint32_t i = 0; i < n && bytes; ++i) {
+    const uint64_t k = segs[i].len < bytes ? segs[i].len : bytes;
+    log->mark_host(*mem, segs[i].ptr, k);
+    bytes -= k;
+  }
+}
+
 }  // namespace
 
 template <class Q>
@@ -116,6 +127,9 @@ DeliverStatus deliver_frame(Q& q, SegmentArena& scratch, NetHdr hdr, uint32_t hd
   if (!q.has_avail()) return q.broken() ? DeliverStatus::kBadRing : DeliverStatus::kNoBuffer;
 
   const auto start = q.mark();
+  // Non-null only while the front-end migrates the guest (VHOST_F_LOG_ALL): one test per
+  // frame of a pointer the queue holds anyway.
+  DirtyLog* const log = q.dirty_log();
   Chain first;
   PopStatus st = q.template pop<true>(scratch, &first);
   if (st != PopStatus::kOk) [[unlikely]] {
@@ -138,6 +152,7 @@ DeliverStatus deliver_frame(Q& q, SegmentArena& scratch, NetHdr hdr, uint32_t hd
       if (hdr_len == sizeof(NetHdr)) std::memcpy(d0.ptr, &hdr, sizeof(NetHdr));
       else std::memcpy(d0.ptr, &hdr, hdr_len);
       std::memcpy(d0.ptr + hdr_len, src[0].ptr, frame_len);
+      if (log) [[unlikely]] log->mark_host(*q.memory(), d0.ptr, total);
       q.push_used(first.head, static_cast<uint32_t>(total), first.ring_descs);
       return DeliverStatus::kOk;
     }
@@ -145,6 +160,7 @@ DeliverStatus deliver_frame(Q& q, SegmentArena& scratch, NetHdr hdr, uint32_t hd
     const uint32_t w = fill_chain(&scratch.segs[first.seg_begin], first.nsegs,
                                   reinterpret_cast<const uint8_t*>(&hdr), &hdr_left, frame,
                                   &frame_left);
+    if (log) [[unlikely]] log_written(log, q.memory(), &scratch.segs[first.seg_begin], first.nsegs, w);
     q.push_used(first.head, w, first.ring_descs);
     return DeliverStatus::kOk;
   }
@@ -170,6 +186,7 @@ DeliverStatus deliver_frame(Q& q, SegmentArena& scratch, NetHdr hdr, uint32_t hd
     const uint32_t w = fill_chain(&scratch.segs[c.seg_begin], c.nsegs,
                                   hdr_bytes + (hdr_len - before_hdr), &hdr_left, frame,
                                   &frame_left);
+    if (log) [[unlikely]] log_written(log, q.memory(), &scratch.segs[c.seg_begin], c.nsegs, w);
     q.push_used(c.head, w, c.ring_descs);
     ++nbufs;
     if (!hdr_left && !frame_left) break;
@@ -191,7 +208,10 @@ DeliverStatus deliver_frame(Q& q, SegmentArena& scratch, NetHdr hdr, uint32_t hd
       return DeliverStatus::kBadRing;
     }
   }
-  if (hdr_len >= 12) write_u16_at(&scratch.segs[first.seg_begin], first.nsegs, 10, nbufs);
+  if (hdr_len >= 12) {
+    write_u16_at(&scratch.segs[first.seg_begin], first.nsegs, 10, nbufs);
+    if (log) [[unlikely]] log_written(log, q.memory(), &scratch.segs[first.seg_begin], first.nsegs, 12);
+  }
   return DeliverStatus::kOk;
 }
 

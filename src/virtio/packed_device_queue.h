@@ -30,6 +30,7 @@
 #include <memory>
 
 #include "virtio/device_queue.h"
+#include "virtio/dirty_log.h"
 #include "virtio/guest_memory.h"
 #include "virtio/virtio_defs.h"
 
@@ -94,7 +95,18 @@ class PackedDeviceQueue {
     broken_ = false;
   }
   static bool packed_base_valid(uint32_t base, uint32_t num) { return (base & 0x7fff) < num; }
+  /// Live migration (see DeviceQueue::set_dirty_log): used descriptors written back into
+  /// the ring at guest-physical `ring_gpa` and the device event suppression structure at
+  /// `device_event_gpa` are marked in `log` after they are written.
+  void set_dirty_log(DirtyLog* log, uint64_t ring_gpa, uint64_t device_event_gpa) {
+    log_ = log;
+    ring_gpa_ = ring_gpa;
+    device_event_gpa_ = device_event_gpa;
+  }
+  DirtyLog* dirty_log() const { return log_; }
+  const GuestMemory* memory() const { return mem_; }
   void detach() {
+    log_ = nullptr;
     mem_ = nullptr;
     ring_ = nullptr;
     driver_event_ = nullptr;
@@ -194,6 +206,13 @@ class PackedDeviceQueue {
       }
     }
     __atomic_store_n(&first->flags, first_flags, __ATOMIC_RELEASE);
+    if (log_) [[unlikely]] {
+      // Slots [old_pos, old_pos + slots) mod num_ were written.
+      const uint32_t n = slots < num_ ? slots : num_;
+      const uint32_t k = n < num_ - old_pos ? n : num_ - old_pos;
+      log_->mark(ring_gpa_ + 16ull * old_pos, 16ull * k);
+      if (n > k) log_->mark(ring_gpa_, 16ull * (n - k));
+    }
     used_pos_ = pos;
     used_wrap_ = wrap;
     nshadow_ = 0;
@@ -226,6 +245,7 @@ class PackedDeviceQueue {
     __atomic_store_n(&device_event_->flags,
                      enabled ? kRingEventFlagsEnable : kRingEventFlagsDisable, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (log_) [[unlikely]] log_->mark(device_event_gpa_, kPackedEventBytes);
   }
 
   /// Writes the call eventfd; see DeviceQueue::signal() for why EINTR stops the queue.
@@ -294,6 +314,9 @@ class PackedDeviceQueue {
   bool broken_ = false;
   bool call_blocked_ = false;
   int call_fd_ = -1;
+  DirtyLog* log_ = nullptr;  ///< see set_dirty_log()
+  uint64_t ring_gpa_ = 0;
+  uint64_t device_event_gpa_ = 0;
 };
 
 template <bool kDeviceWrites>
