@@ -23,6 +23,9 @@
 #                         use with --keep (e.g. `socat - UNIX-CONNECT:PATH`); combines with
 #                         --serial-log (then the log is a copy of everything sent by the guest)
 #   --pidfile FILE        QEMU writes its PID there
+#   --qmp PATH            QMP monitor on a unix socket (QEMU listens, wait=off)
+#   --incoming URI        start as a live-migration destination (-incoming, e.g. unix:PATH);
+#                         the other options must match the source's (same --name and --mac)
 #   --extra-net-args ARGS appended to -device virtio-net-pci (e.g. mrg_rxbuf=off,csum=off)
 #   --no-net              no NIC at all (smoke test of the image)
 #   --user-net            a virtio-net NIC on QEMU user networking (slirp) instead of vhost-user
@@ -52,7 +55,7 @@ die() { echo "run-guest: error: $*" >&2; exit 2; }
 qesc() { printf '%s' "${1//,/,,}"; }
 
 NAME=vl0 SOCK='' SERVER=0 MAC='' IP='' MTU='' CMD='' KEEP=0 IPERF=0 MEM=256M SMP=1
-SERIAL_LOG='' SERIAL_SOCK='' PIDFILE='' EXTRA_NET='' NET=vhost ACCEL=auto APPEND='' DRY=0 BOOT='' LINKWAIT='' TAP=''
+SERIAL_LOG='' SERIAL_SOCK='' PIDFILE='' EXTRA_NET='' NET=vhost ACCEL=auto APPEND='' DRY=0 BOOT='' LINKWAIT='' TAP='' QMP='' INCOMING=''
 IMAGE_DIR=${VL_GUEST_DIR:-$REPO_ROOT/build/guest}
 
 while (($#)); do
@@ -76,6 +79,8 @@ while (($#)); do
     --serial-log) SERIAL_LOG=$2; shift 2 ;;
     --serial-sock) SERIAL_SOCK=$2; shift 2 ;;
     --pidfile) PIDFILE=$2; shift 2 ;;
+    --qmp) QMP=$2; shift 2 ;;
+    --incoming) INCOMING=$2; shift 2 ;;
     --extra-net-args) EXTRA_NET=$2; shift 2 ;;
     --no-net) NET=none; shift ;;
     --user-net) NET=user; shift ;;
@@ -195,6 +200,8 @@ elif [[ -n $SERIAL_LOG ]]; then
   QEMU+=(-chardev "file,id=ser0,path=$(qesc "$SERIAL_LOG")" -serial chardev:ser0 -monitor none)
 fi
 [[ -z $PIDFILE ]] || QEMU+=(-pidfile "$PIDFILE")
+[[ -z $QMP ]] || QEMU+=(-qmp "unix:$(qesc "$QMP"),server=on,wait=off")
+[[ -z $INCOMING ]] || QEMU+=(-incoming "$INCOMING")
 
 if ((DRY)); then
   printf '%q ' "${QEMU[@]}"
