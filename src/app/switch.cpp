@@ -216,12 +216,25 @@ int Switch::run() {
         const bool was = ports_[i]->backend().connected();
         ports_[i]->on_event();
         if (was && !ports_[i]->backend().connected()) fdb_.flush_port(i);
+        uint8_t mac[6];
+        if (ports_[i]->take_rarp(mac)) announce(i, mac);
         watch_port(i);
       }
     }
   }
   teardown();
   return 0;
+}
+
+void Switch::announce(uint32_t port, const uint8_t mac[6]) {
+  // vhost-user.rst SEND_RARP: QEMU asks the back-end to announce a migrated guest (OVS and
+  // DPDK broadcast a RARP from it). Here the bridge learns the MAC on the port at once;
+  // multicast MACs are not learned, like on the datapath.
+  const dp::Mac m = dp::mac_from_bytes(mac);
+  const bool ok = !dp::mac_is_multicast(m) && fdb_.learn(m, port, tables_.now_s.load());
+  spdlog::info("port {}: SEND_RARP for {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}: {}",
+               ports_[port]->config().name, mac[0], mac[1], mac[2], mac[3], mac[4], mac[5],
+               ok ? "learned on this port" : "not learned");
 }
 
 void Switch::teardown() {

@@ -41,6 +41,8 @@ class Switch {
  private:
   bool setup(std::string* err);
   void teardown();
+  /// SEND_RARP on `port` (a migrated guest): the bridge learns `mac` there.
+  void announce(uint32_t port, const uint8_t mac[6]);
   void watch_port(uint32_t i);
   void on_tick();
   port::CounterSnapshot sum_counters(uint32_t port) const;

@@ -100,6 +100,8 @@ class VhostPort final : public vhost::DeviceHost {
   void set_linked_away(bool on) { linked_away_ = on; }
   bool linked_away() const { return linked_away_; }
   vhost::Backend& backend_for_link() { return backend_; }
+  /// A SEND_RARP arrived since the last call (vhost::Backend::take_rarp).
+  bool take_rarp(uint8_t mac[6]) { return backend_.take_rarp(mac); }
   /// Largest frame the port's front-end may receive (bytes): its MTU or ours, plus an
   /// Ethernet header and one VLAN tag.
   uint32_t max_frame() const;

@@ -361,8 +361,10 @@ bool Backend::h_set_vring_enable(Message& m, Reply& r) {
 }
 
 bool Backend::h_send_rarp(Message& m, Reply&) {
+  // vhost-user.rst SEND_RARP: u64 payload, the guest's MAC in its first 6 bytes.
   __builtin_memcpy(rarp_mac_, m.payload, 6);
   rarp_mac_set_ = true;
+  rarp_pending_ = true;
   return true;
 }
 
@@ -561,6 +563,7 @@ void Backend::reset_device() {
   proto_features_ = 0;
   mtu_ = 0;
   rarp_mac_set_ = false;
+  rarp_pending_ = false;
   log_.reset();
 }
 

@@ -121,6 +121,15 @@ class Backend {
   uint32_t mtu() const { return mtu_; }  ///< NET_SET_MTU, 0 if never set
   bool has_rarp_mac() const { return rarp_mac_set_; }
   const uint8_t* rarp_mac() const { return rarp_mac_; }
+  /// SEND_RARP (after a live migration, when the guest did not negotiate GUEST_ANNOUNCE):
+  /// true once per message, with the guest's MAC in `mac`, so that the switch learns it
+  /// on this port.
+  bool take_rarp(uint8_t mac[6]) {
+    if (!rarp_pending_) return false;
+    rarp_pending_ = false;
+    __builtin_memcpy(mac, rarp_mac_, 6);
+    return true;
+  }
   uint64_t messages() const { return messages_; }
   /// Live migration: the front-end set VHOST_F_LOG_ALL and gave a log (SET_LOG_BASE); every
   /// write into guest memory is then marked in it (virtio/dirty_log.h).
@@ -205,6 +214,7 @@ class Backend {
   uint32_t mtu_ = 0;
   uint8_t rarp_mac_[6] = {};
   bool rarp_mac_set_ = false;
+  bool rarp_pending_ = false;  ///< a SEND_RARP not yet taken by take_rarp()
   uint64_t messages_ = 0;
   UniqueFd mem_fds_[virtio::GuestMemory::kMaxRegions];       ///< fds of mem_'s regions
   virtio::MemRegionDesc mem_regions_[virtio::GuestMemory::kMaxRegions] = {};

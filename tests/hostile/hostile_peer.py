@@ -2558,6 +2558,105 @@ class Traffic(HostileCase):
         self.h.wait_ports_settled()
 
 
+# =========================================================================================
+# Scenarios: live migration messages (SET_LOG_BASE, LOG_ALL, SEND_RARP)
+# =========================================================================================
+PROTO_LOG_SHMFD = 1 << 1
+VHOST_F_LOG_ALL = 1 << 26
+
+
+def log_fd(size):
+    fd = os.memfd_create("vhu-log", os.MFD_CLOEXEC)
+    os.ftruncate(fd, size)
+    return fd
+
+
+class Migration(HostileCase):
+    PORTS = ("a", "b", "c")
+    PROTO = DEFAULT_PROTOCOL | PROTO_LOG_SHMFD | PROTO_RARP
+    # Memory.simple(): 4 MiB at 0x40000000, so the log must cover 0x40400000 bytes of
+    # guest-physical space: 0x40400 pages, 0x8080 bytes.
+    LOG_BYTES = 0x8080
+
+    def test_01_set_log_base_hostile(self):
+        """SET_LOG_BASE with size 0, offset past the fd, offset + size overflowing 64 bits, an
+        fd smaller than the log, a log too small for the memory table, a pipe, /dev/null, an
+        eventfd, no fd, two fds, a short payload: refused each (error reply or closed), no fd
+        kept; then a good log is acked and, with LOG_ALL, frames delivered to the port mark
+        pages in it (ctl stats migration.dirty_pages_logged)."""
+        g = self.h.guest("c", protocol=self.PROTO)
+        n = self.LOG_BYTES
+        cases = [
+            ("size 0", 0, 0, ["memfd"]),
+            ("offset past the fd", 64, n + 4096, ["memfd"]),
+            ("offset + size overflows", n, (1 << 64) - 64, ["memfd"]),
+            ("fd smaller than the log", n, 0, ["small"]),
+            ("log too small for the memory table", n - 1, 0, ["memfd"]),
+            ("size above the cap", 1 << 40, 0, ["memfd"]),
+            ("a pipe", n, 0, ["pipe"]),
+            ("/dev/null", n, 0, ["devnull"]),
+            ("an eventfd", n, 0, ["eventfd"]),
+            ("no fd", n, 0, []),
+            ("two fds", n, 0, ["memfd", "memfd"]),
+        ]
+        for what, size, off, kinds in cases:
+            fds = [log_fd(n + 8192) if k == "memfd" else fresh_fd("memfd" if k == "small" else k)
+                   for k in kinds]
+            out = g.refused(SET_LOG_BASE, struct.pack("<QQ", size, off), fds)
+            for fd in fds:
+                os.close(fd)
+            self.assertRefused(out, what)
+            if out == "closed":
+                g = self.h.guest("c", protocol=self.PROTO)
+        fd = log_fd(n + 8192)
+        self.assertRefused(g.refused(SET_LOG_BASE, struct.pack("<Q", n), [fd]), "8-byte payload")
+        if g.closed_by_peer(0.2):
+            g = self.h.guest("c", protocol=self.PROTO)
+        # A good log (QEMU's way: no NEED_REPLY; the reply comes anyway with LOG_SHMFD).
+        g.send(SET_LOG_BASE, struct.pack("<QQ", n, 4096), [fd])
+        r, flags, p = g.recv()
+        self.assertEqual((r, len(p), struct.unpack("<Q", p)[0]), (SET_LOG_BASE, 8, 0))
+        self.assertEqual(g.u64(SET_FEATURES, g.features | VHOST_F_LOG_ALL), 0)
+        self.assertTrue(self.h.stats()["c"]["migration"]["logging"])
+        g.rx.post()
+        self.h.learn(g, MAC_C)
+        st0 = self.h.stats()["c"]
+        before = st0["migration"]["dirty_pages_logged"]
+        for i in range(8):
+            self.assertTrue(self.h.a.tx.send_frame(frame(MAC_C, MAC_A, b"logged %d" % i)))
+        self.h.wait_stats(lambda st: st["c"]["tx_packets"] >= st0["tx_packets"] + 8,
+                          what="8 frames to c")
+        bm = os.pread(fd, n, 4096)
+        os.close(fd)
+        marked = sum(bin(b).count("1") for b in bm)
+        st = self.h.stats()["c"]["migration"]
+        self.assertGreater(marked, 0, "no bit set in the log")
+        self.assertGreater(st["dirty_pages_logged"], before, st)
+        self.assertEqual(st["dirty_log_out_of_range"], 0, st)
+        self.assertIn("LOG_ALL", self.h.stats()["c"]["feature_names"])
+
+    def test_02_send_rarp_learns_the_mac_on_the_port(self):
+        """SEND_RARP (a migrated guest's MAC) makes the bridge learn that MAC on the port, and
+        unicast to it goes there; a multicast MAC is not learned."""
+        g = self.h.guest("c", protocol=self.PROTO)
+        g.rx.post()
+        m = mac("02:00:00:00:ab:01")
+        self.assertEqual(g.request(SEND_RARP, m + b"\0\0"), 0)
+        mc = mac("03:00:00:00:ab:02")
+        self.assertEqual(g.request(SEND_RARP, mc + b"\0\0"), 0)
+        deadline = time.monotonic() + 3
+        while True:
+            fdb = {e["mac"]: e["port"] for e in self.h.ctl("fdb")}
+            if fdb.get(mac_str(m)) == "c" or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(fdb.get(mac_str(m)), "c", fdb)
+        self.assertNotIn(mac_str(mc), fdb)
+        tx0 = self.h.stats()["c"]["tx_packets"]
+        self.assertTrue(self.h.a.tx.send_frame(frame(m, MAC_A, b"to the migrated guest")))
+        self.h.wait_stats(lambda st: st["c"]["tx_packets"] >= tx0 + 1, what="the frame to c")
+
+
 def main():
     vltest.main(default_timeout=170)
 

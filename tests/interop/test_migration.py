@@ -169,7 +169,11 @@ class Migration(unittest.TestCase):
             log("fdb: %s; p2 %s" % (fdb, {k: st["p2"][k] for k in ("rx_packets", "tx_packets")}))
             self.assertEqual(fdb.get(MAC_A), "p2", "the bridge did not learn A's new port")
             self.assertGreater(st["p2"]["tx_packets"], 0)
-            self.assertGreater(dirty, 0, "no page marked in the dirty log during the migration")
+            # The rings alone are a few pages per dirty-log sync (3-4 syncs); the receive
+            # buffers of megabytes delivered during the migration are hundreds (about 300
+            # here; 3-4 when deliver_frame's marking was disabled as a control, a case the md5
+            # does not catch: the guest drops the stale frames and TCP sends them again).
+            self.assertGreater(dirty, 64, "receive buffers not marked in the dirty log")
             q2.close()
 
 
