@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fake_driver.h"
+#include "fake_packed_driver.h"
 #include "vhost/backend.h"
 #include "vhost_peer.h"
 #include "virtio/net_copy.h"
@@ -409,3 +410,52 @@ TEST_F(MigrationTest, SetVringAddrMidTrafficKeepsThePosition) {
 
 }  // namespace
 }  // namespace vl::vhost
+
+namespace vl::virtio {
+namespace {
+
+// A packed receive queue under LOG_ALL: the buffer written and the ring slots written back
+// are marked, the rest of the ring is not; set_kicks marks the device event area.
+TEST(DirtyLogPacked, BufferAndWrittenBackSlotsAreMarked) {
+  test::FakeMemory fm;
+  fm.add_region(0x100000, 4 << 20);
+  constexpr uint32_t kNumP = 1024;  // a 16 KiB ring: 4 pages
+  test::FakePackedRing ring(fm, kNumP, 0);
+  GuestMemory gm;
+  ASSERT_TRUE(fm.build(gm));
+  PackedDeviceQueue q;
+  ring.attach(q, gm, bit(kFVersion1) | bit(kFRingPacked) | bit(kNetFMrgRxbuf));
+  const uint64_t ring_gpa = ring.ring_uva() - test::kUvaBias;
+  const uint64_t dev_gpa = ring.device_event_uva() - test::kUvaBias;
+  DirtyLogStats st;
+  std::vector<uint8_t> bm(DirtyLog::bytes_for(0x100000 + (4 << 20)), 0);
+  DirtyLog log(&st);
+  log.map_unowned(bm.data(), bm.size());
+  q.set_dirty_log(&log, ring_gpa, dev_gpa);
+
+  const uint64_t buf = fm.alloc(3000, 4096, 0);
+  ring.add_chain({{buf, 3000, kDescFWrite}});
+  auto scratch = std::make_unique<SegmentArena>();
+  const auto frame = test::make_frame(2500);
+  const Segment s{const_cast<uint8_t*>(frame.data()), 2500};
+  ASSERT_EQ(deliver_frame(q, *scratch, NetHdr{}, 12, &s, 1, 2500, true), DeliverStatus::kOk);
+  q.publish_used();
+  EXPECT_TRUE(vhost::bit_set(bm.data(), buf));
+  EXPECT_TRUE(vhost::bit_set(bm.data(), ring_gpa)) << "slot 0 written back";
+  EXPECT_FALSE(vhost::bit_set(bm.data(), ring_gpa + 16 * 512)) << "slot 512 untouched";
+  EXPECT_GE(st.pages_logged.load(), 2u);
+
+  std::fill(bm.begin(), bm.end(), 0);
+  q.set_kicks(true);
+  EXPECT_TRUE(vhost::bit_set(bm.data(), dev_gpa));
+  q.set_dirty_log(nullptr, 0, 0);
+  std::fill(bm.begin(), bm.end(), 0);
+  q.set_kicks(false);
+  ring.add_chain({{buf, 3000, kDescFWrite}});
+  ASSERT_EQ(deliver_frame(q, *scratch, NetHdr{}, 12, &s, 1, 2500, true), DeliverStatus::kOk);
+  q.publish_used();
+  for (size_t i = 0; i < bm.size(); ++i) ASSERT_EQ(bm[i], 0) << i;
+}
+
+}  // namespace
+}  // namespace vl::virtio
