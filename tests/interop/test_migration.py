@@ -80,22 +80,54 @@ class Qmp:
 
 
 class Migration(unittest.TestCase):
+    def start(self, tb, net_args=None):
+        """The switch (p1, p2, p3), guest A on p1 and B on p3 (booted), and the destination
+        QEMU on p2, waiting. Returns (a, b, a2, q1, q2, migration URI)."""
+        tb.start_switch(ports=["p1", "p2", "p3"], forward="bridge")
+        mig = "unix:" + os.path.join(tb.dir, "mig.sock")
+        qmp1, qmp2 = os.path.join(tb.dir, "qmp1.sock"), os.path.join(tb.dir, "qmp2.sock")
+        net = ["--extra-net-args", net_args] if net_args else []
+        a = tb.start_guest("ga", "p1", IP_A, mac=MAC_A, extra=["--qmp", qmp1] + net)
+        b = tb.start_guest("gb", "p3", IP_B, mac=MAC_B)
+        vlguest.wait_all_ready([a, b])
+        # The destination: the same machine and guest options as A's (same --name, --ip,
+        # --mac), its own console, QMP and vhost-user port.
+        a2 = tb.start_guest("ga-dst", "p2", IP_A, mac=MAC_A,
+                            extra=["--name", "ga", "--qmp", qmp2, "--incoming", mig] + net)
+        tb.wait_connected(["p1", "p3"])
+        tb.wait_state("p2", ["connected"])  # its rings start when the migration ends
+        q1, q2 = Qmp(qmp1), Qmp(qmp2)
+        self.assertEqual(q2.cmd("query-status")["status"], "inmigrate")
+        return a, b, a2, q1, q2, mig
+
+    def migrate(self, q1, q2, mig):
+        """Migrates QEMU #1 to QEMU #2; returns query-migrate's final answer once the
+        destination runs."""
+        q1.cmd("migrate-set-parameters", **{"max-bandwidth": 4 << 30, "downtime-limit": 300})
+        t0 = time.monotonic()
+        q1.cmd("migrate", uri=mig)
+        while True:
+            info = q1.cmd("query-migrate")
+            st = info.get("status")
+            if st in ("completed", "failed", "cancelled"):
+                break
+            self.assertLess(time.monotonic() - t0, 60, "migration not done in 60 s: %s" % info)
+            time.sleep(0.2)
+        t_mig = time.monotonic() - t0
+        self.assertEqual(st, "completed", info)
+        log("migration: %.1f s, QEMU says total %s ms, downtime %s ms, %s" %
+            (t_mig, info.get("total-time"), info.get("downtime"),
+             {k: info.get("ram", {}).get(k) for k in ("transferred", "dirty-sync-count",
+                                                      "normal", "duplicate")}))
+        deadline = time.monotonic() + 20
+        while q2.cmd("query-status")["status"] != "running":
+            self.assertLess(time.monotonic(), deadline, "destination not running")
+            time.sleep(0.1)
+        return info
+
     def test_migrate_under_traffic(self):
         with vlguest.GuestTestbed(self) as tb:
-            tb.start_switch(ports=["p1", "p2", "p3"], forward="bridge")
-            mig = os.path.join(tb.dir, "mig.sock")
-            qmp1, qmp2 = os.path.join(tb.dir, "qmp1.sock"), os.path.join(tb.dir, "qmp2.sock")
-            a = tb.start_guest("ga", "p1", IP_A, mac=MAC_A, extra=["--qmp", qmp1])
-            b = tb.start_guest("gb", "p3", IP_B, mac=MAC_B)
-            vlguest.wait_all_ready([a, b])
-            # The destination: the same machine and guest options as A's (same --name,
-            # --ip, --mac), its own console, QMP and vhost-user port.
-            a2 = tb.start_guest("ga-dst", "p2", IP_A, mac=MAC_A,
-                                extra=["--name", "ga", "--qmp", qmp2, "--incoming", "unix:" + mig])
-            tb.wait_connected(["p1", "p3"])
-            tb.wait_state("p2", ["connected"])  # its rings start when the migration ends
-            q1, q2 = Qmp(qmp1), Qmp(qmp2)
-            self.assertEqual(q2.cmd("query-status")["status"], "inmigrate")
+            a, b, a2, q1, q2, mig = self.start(tb)
 
             # B: 10 MiB of random bytes and a server that sends them paced (64 KiB every
             # 50 ms plus the guest's own time), so the transfer runs across the migration.
@@ -115,26 +147,7 @@ class Migration(unittest.TestCase):
             self.assertGreater(got0, 0, "the transfer did not start")
             self.assertLess(got0, tx_len, "the transfer ended before the migration")
 
-            q1.cmd("migrate-set-parameters", **{"max-bandwidth": 4 << 30, "downtime-limit": 300})
-            t0 = time.monotonic()
-            q1.cmd("migrate", uri="unix:" + mig)
-            while True:
-                info = q1.cmd("query-migrate")
-                st = info.get("status")
-                if st in ("completed", "failed", "cancelled"):
-                    break
-                self.assertLess(time.monotonic() - t0, 60, "migration not done in 60 s: %s" % info)
-                time.sleep(0.2)
-            t_mig = time.monotonic() - t0
-            self.assertEqual(st, "completed", info)
-            log("migration: %.1f s, QEMU says total %s ms, downtime %s ms, %s" %
-                (t_mig, info.get("total-time"), info.get("downtime"),
-                 {k: info.get("ram", {}).get(k) for k in ("transferred", "dirty-sync-count",
-                                                          "normal", "duplicate")}))
-            deadline = time.monotonic() + 20
-            while q2.cmd("query-status")["status"] != "running":
-                self.assertLess(time.monotonic(), deadline, "destination not running")
-                time.sleep(0.1)
+            self.migrate(q1, q2, mig)
             st1 = tb.switch_stats()
             dirty = st1["p1"]["migration"]["dirty_pages_logged"]
             log("p1 migration counters: %s" % st1["p1"]["migration"])
@@ -174,6 +187,33 @@ class Migration(unittest.TestCase):
             # here; 3-4 when deliver_frame's marking was disabled as a control, a case the md5
             # does not catch: the guest drops the stale frames and TCP sends them again).
             self.assertGreater(dirty, 64, "receive buffers not marked in the dirty log")
+            q2.close()
+
+    def test_migrate_send_rarp(self):
+        """The guest without GUEST_ANNOUNCE (virtio-net guest_announce=off): QEMU announces
+        it with SEND_RARP on the destination's connection, and the bridge learns its MAC on
+        p2 from that; B's pings (started before the migration) resume."""
+        with vlguest.GuestTestbed(self) as tb:
+            a, b, a2, q1, q2, mig = self.start(tb, net_args="guest_announce=off")
+            b.run("ping -i 0.2 -c 60 %s >/tmp/ping.txt 2>&1 &" % a.addr)
+            time.sleep(1)
+            self.migrate(q1, q2, mig)
+            q1.cmd("quit")
+            q1.close()
+            st = tb.switch_stats()
+            self.assertNotIn("GUEST_ANNOUNCE", st["p2"]["feature_names"])
+            vltest_wait = time.monotonic() + 10
+            while tb.fdb().get(MAC_A) != "p2":
+                self.assertLess(time.monotonic(), vltest_wait, "A's MAC not on p2: %s" % tb.fdb())
+                time.sleep(0.1)
+            self.assertIn("SEND_RARP for %s: learned on this port" % MAC_A, tb.switch.output())
+            b.run("wait", timeout=60)
+            p = vlguest.parse_ping(b.run("cat /tmp/ping.txt"))
+            lost = sorted(set(range(1, 61)) - set(p["seqs"]))
+            log("ping gb -> ga across the migration (SEND_RARP): %s; lost icmp_seq %s" %
+                (vlguest.fmt_ping(p), lost))
+            self.assertIn(60, p["seqs"], "the last ping was not answered")
+            self.assertLessEqual(len(lost), 25, lost)
             q2.close()
 
 
