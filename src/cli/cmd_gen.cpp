@@ -30,6 +30,14 @@ void add_gen_command(CLI::App& app, GenArgs& a) {
               "verify every received frame (IPv4 checksum and length, payload pattern); "
               "failures are counted as corrupted, not received");
   g->add_option("--queue-size", a.queue_size, "virtqueue entries (256)");
+  g->add_option("--ring", a.ring,
+                 "virtqueue layout: split (virtio 1.2 §2.7) or packed (§2.8, negotiates "
+                 "VIRTIO_F_RING_PACKED; the back-end must offer it)")
+      ->check(CLI::IsMember({"split", "packed"}));
+  g->add_option("--queues", a.queues,
+                "queue pairs per port (1..64; above 1 negotiates VIRTIO_NET_F_MQ): flow f leaves "
+                "on transmit queue f % N, every receive queue is polled")
+      ->check(CLI::Range(1, 64));
   g->add_option("--cpu", a.cpu, "pin the generator to this CPU");
   g->add_option("--json", a.json_file, "write the results as JSON");
   g->add_option("--max-lag", a.max_lag,
@@ -57,8 +65,9 @@ void print_result(const gen::GenResult& r) {
   }
   fmt::print(
       "clock: TSC {:.3f} GHz calibrated against CLOCK_MONOTONIC_RAW (resolution {:.2f} ns); "
-      "TX {:.0f} cycles/frame: one-core ceiling {:.1f} Mpps\n",
-      r.tsc_hz / 1e9, 1e9 / r.tsc_hz, r.tx_cycles_per_packet, r.ceiling_mpps);
+      "TX {:.0f} cycles/frame: one-core ceiling {:.1f} Mpps ({} ring, {} queue pair{})\n",
+      r.tsc_hz / 1e9, 1e9 / r.tsc_hz, r.tx_cycles_per_packet, r.ceiling_mpps, r.ring, r.queues,
+      r.queues == 1 ? "" : "s");
 }
 
 bool write_json(const gen::GenResult& r, const std::string& path) {
@@ -150,6 +159,8 @@ int run_gen(const GenArgs& a) {
       return 2;
     }
     p.queue_size = a.queue_size;
+    p.packed = a.ring == "packed";
+    p.queues = a.queues;
     c.ports.push_back(p);
   }
   if (!parse_size(a.size, &c.frame_size)) {

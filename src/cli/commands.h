@@ -55,6 +55,8 @@ struct GenArgs {
   std::string json_file;
   bool serve = false;
   uint32_t max_lag = 0;
+  std::string ring = "split";  ///< split | packed virtqueues
+  uint32_t queues = 1;         ///< queue pairs per port
 };
 void add_gen_command(CLI::App& app, GenArgs& a);
 int run_gen(const GenArgs& a);

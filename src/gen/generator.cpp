@@ -60,7 +60,9 @@ nlohmann::json GenResult::to_json() const {
           {"payload_checked", payload_checked},
           {"corrupted", corrupted},
           {"learn_incomplete", learn_incomplete},
-          {"elapsed_s", elapsed_s}};
+          {"elapsed_s", elapsed_s},
+          {"ring", ring},
+          {"queues", queues}};
 }
 
 bool Generator::open(std::string* err) {
@@ -121,15 +123,18 @@ uint64_t Generator::learn() {
     const uint64_t base = cfg_.ports[rx].mac;
     uint32_t f = 0;
     while (f < cfg_.flows) {
-      ports_[rx].reclaim();
+      VPort& vp = ports_[rx];
+      vp.reclaim();
       uint32_t i;
-      while (f < cfg_.flows && ports_[rx].tx_get(&i)) {
-        build_learning_frame(ports_[rx].tx_frame(i), base + f);
-        __builtin_memset(ports_[rx].tx_frame(i) - ports_[rx].hdr_len(), 0, ports_[rx].hdr_len());
-        ports_[rx].tx_put(i, 64);
+      // Flow f's learning frame leaves on the queue its stream's flow f uses.
+      while (f < cfg_.flows && vp.tx_get(f % vp.queues(), &i)) {
+        const uint32_t k = f % vp.queues();
+        build_learning_frame(vp.tx_frame(k, i), base + f);
+        __builtin_memset(vp.tx_frame(k, i) - vp.hdr_len(), 0, vp.hdr_len());
+        vp.tx_put(k, i, 64);
         ++f;
       }
-      ports_[rx].tx_flush();
+      vp.tx_flush();
       if (f < cfg_.flows && rdtsc() > deadline) break;
     }
     missing += cfg_.flows - f;
@@ -140,10 +145,7 @@ uint64_t Generator::learn() {
   nanosleep(&d, nullptr);
   for (auto& p : ports_) {
     p.reclaim();
-    const uint8_t* fr;
-    uint32_t len, idx;
-    while (p.rx_next(&fr, &len, &idx)) p.rx_release(idx);
-    p.rx_flush();
+    p.rx_discard();
   }
   return missing;
 }
@@ -175,6 +177,8 @@ GenResult Generator::run() {
     tx.push_back(t);
   }
   res.tsc_hz = clock_.hz();
+  res.ring = ports_[0].packed() ? "packed" : "split";
+  res.queues = ports_[0].queues();
   res.duration_s = cfg_.duration_s;
   const double rate = cfg_.rate_pps;
   const bool paced = rate > 0;
@@ -201,7 +205,7 @@ GenResult Generator::run() {
       bool all_back = true;
       for (auto& p : ports_) {
         p.reclaim();
-        if (p.tx_free() < p.config().queue_size) all_back = false;
+        if (p.tx_free_all() < p.config().queue_size * p.queues()) all_back = false;
       }
       if (all_back) break;
       if (rdtsc() > wait_end) {
@@ -214,10 +218,12 @@ GenResult Generator::run() {
   }
   for (auto& t : tx) {
     VPort& vp = ports_[t.port];
-    for (uint32_t i = 0; i < vp.config().queue_size; ++i) {
-      __builtin_memset(vp.tx_frame(i) - vp.hdr_len(), 0, vp.hdr_len());
-      build_frame(vp.tx_frame(i), cfg_.frame_size ? cfg_.frame_size : 1518, t.spec, 0,
-                  tag | static_cast<uint32_t>(&t - tx.data()));
+    for (uint32_t k = 0; k < vp.queues(); ++k) {
+      for (uint32_t i = 0; i < vp.config().queue_size; ++i) {
+        __builtin_memset(vp.tx_frame(k, i) - vp.hdr_len(), 0, vp.hdr_len());
+        build_frame(vp.tx_frame(k, i), cfg_.frame_size ? cfg_.frame_size : 1518, t.spec, 0,
+                    tag | static_cast<uint32_t>(&t - tx.data()));
+      }
     }
   }
   uint64_t foreign = 0, corrupted = 0;
@@ -228,6 +234,10 @@ GenResult Generator::run() {
   const auto advance_flow = [&](Tx& t, uint64_t n) {
     t.flow = static_cast<uint32_t>((t.flow + n) % cfg_.flows);
   };
+  // The trial loop, instantiated per ring type (chosen once for all ports at open): no
+  // branch or virtual call per packet on the ring type.
+  const uint32_t nq = ports_[0].queues();
+  const auto trial_loop = [&]<class Q>() {
   for (;;) {
     const uint64_t now = rdtsc();
     if (now >= drain_end) break;
@@ -236,7 +246,7 @@ GenResult Generator::run() {
         Tx& t = tx[s];
         VPort& vp = ports_[t.port];
         const uint64_t t0 = rdtsc();
-        vp.reclaim();
+        for (uint32_t k = 0; k < nq; ++k) vp.template reclaim_on<Q>(k);
         uint64_t due;
         if (paced) {
           const double elapsed = static_cast<double>(t0 - start);
@@ -255,8 +265,10 @@ GenResult Generator::run() {
         }
         uint32_t n = 0;
         while (t.slot < due && n < cfg_.burst) {
+          // Flow f leaves on transmit queue f % queues (one queue: always 0).
+          const uint32_t k = nq == 1 ? 0 : t.flow % nq;
           uint32_t i;
-          if (!vp.tx_get(&i)) {
+          if (!vp.tx_get(k, &i)) {
             if (!paced) break;  // as fast as possible: wait for the ring
             // No free descriptor when these frames are due: the device under test has not
             // taken the earlier ones. They depart into a full ring: dropped, counted lost.
@@ -270,7 +282,7 @@ GenResult Generator::run() {
             advance_flow(t, k);
             break;
           }
-          uint8_t* f = vp.tx_frame(i);
+          uint8_t* f = vp.tx_frame(k, i);
           uint32_t len = cfg_.frame_size;
           if (!len) {
             len = imix_size(t.seq);
@@ -288,7 +300,7 @@ GenResult Generator::run() {
           }
           if (!t.seq) t.first = ts;
           t.last = ts;
-          vp.tx_put(i, len);
+          vp.template tx_put_on<Q>(k, i, len);
           ++t.seq;
           ++t.slot;
           ++t.posted;
@@ -296,7 +308,7 @@ GenResult Generator::run() {
           ++n;
         }
         if (n) {
-          vp.tx_flush();
+          for (uint32_t k = 0; k < nq; ++k) vp.template tx_flush_on<Q>(k);
           tx_cycles += rdtsc() - t0;
           tx_frames += n;
         }
@@ -305,14 +317,15 @@ GenResult Generator::run() {
     // Receive on every port. Arrival time: when this pass saw the frame in the used ring
     // (taken after reading the used index, so never before the frame was there).
     for (size_t p = 0; p < np; ++p) {
-      VPort& vp = ports_[p];
-      const uint32_t ready = std::min<uint32_t>(vp.rx_ready(), 64);
+     VPort& vp = ports_[p];
+     for (uint32_t k = 0; k < nq; ++k) {
+      const uint32_t ready = std::min<uint32_t>(vp.template rx_ready_on<Q>(k), 64);
       if (!ready) continue;
       const uint64_t rx_now = rdtsc();
       const uint8_t* fr;
       uint32_t len, idx;
       uint32_t got = 0;
-      while (got < ready && vp.rx_next(&fr, &len, &idx)) {
+      while (got < ready && vp.template rx_next_on<Q>(k, &fr, &len, &idx)) {
         Trailer tr;
         uint32_t si = 0;
         if (parse_trailer(fr, len, &tr) && (tr.stream & ~0xffffu) == tag &&
@@ -324,12 +337,18 @@ GenResult Generator::run() {
         } else {
           ++foreign;
         }
-        vp.rx_release(idx);
+        vp.template rx_release_on<Q>(k, idx);
         ++got;
       }
-      if (got) vp.rx_flush();
+      if (got) vp.template rx_flush_on<Q>(k);
+     }
     }
   }
+  };
+  if (ports_[0].packed())
+    trial_loop.template operator()<VPort::Packed>();
+  else
+    trial_loop.template operator()<VPort::Split>();
   res.elapsed_s = static_cast<double>(rdtsc() - start) / clock_.hz();
   for (size_t s = 0; s < tx.size(); ++s) {
     const Tx& t = tx[s];

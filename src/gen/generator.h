@@ -17,6 +17,10 @@
 // slots after its time, e.g. because it was preempted) is skipped (`late_skipped`): not
 // offered, not lost; a trial with skipped slots offered less than the rate asked for.
 // With --rate 0 (as fast as possible) the transmit ring does back-pressure the sender.
+// Rings and queues (VPortConfig::packed, ::queues, the same for every port): flow f of a
+// stream leaves on transmit queue f % queues; every receive queue is polled (one thread).
+// A due frame whose queue has no free descriptor drops the rest of that pass's due frames
+// (as with one queue). The trial loop is instantiated per ring type.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -78,6 +82,8 @@ struct GenResult {
   uint64_t learn_incomplete = 0;  ///< learning frames the switch did not take in time
   double duration_s = 0;          ///< the transmission period asked for
   double elapsed_s = 0;
+  std::string ring = "split";  ///< the virtqueue layout of every port: split | packed
+  uint32_t queues = 1;         ///< queue pairs per port (flow f on transmit queue f % queues)
   nlohmann::json to_json() const;
 };
 

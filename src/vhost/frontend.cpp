@@ -116,9 +116,25 @@ bool Frontend::request_state(Req req, VringState s, VringState* out, std::string
 }
 
 bool Frontend::start(DriverMemory& mem, DriverQueue& rxq, DriverQueue& txq, std::string* err) {
+  if (!start(mem, {VringSetup::of(rxq), VringSetup::of(txq)}, err)) return false;
+  rxq.set_kick_fd(kick_fd(0));
+  rxq.set_call_fd(call_fd(0));
+  txq.set_kick_fd(kick_fd(1));
+  txq.set_call_fd(call_fd(1));
+  return true;
+}
+
+bool Frontend::start(DriverMemory& mem, const std::vector<VringSetup>& vrings, std::string* err) {
+  const uint32_t nvrings = static_cast<uint32_t>(vrings.size());
+  if (nvrings < 2 || nvrings % 2) {
+    *err = fmt::format("{} vrings: queue pairs need an even number", nvrings);
+    return false;
+  }
+  const uint32_t pairs = nvrings / 2;
   uint64_t offered = 0;
   if (!request(Req::kGetFeatures, nullptr, 0, nullptr, 0, &offered, err)) return false;
   proto_ = 0;
+  backend_queue_num_ = 0;
   if (offered & bit(kFProtocolFeatures)) {
     uint64_t p = 0;
     if (!request(Req::kGetProtocolFeatures, nullptr, 0, nullptr, 0, &p, err)) return false;
@@ -126,9 +142,27 @@ bool Frontend::start(DriverMemory& mem, DriverQueue& rxq, DriverQueue& txq, std:
                                (opts_.direct_link ? bit(kProtoVlDirectLink) : 0));
     if (!request(Req::kSetProtocolFeatures, &want, 8, nullptr, 0, nullptr, err)) return false;
     proto_ = want;
+    if ((proto_ & bit(kProtoMq)) &&
+        !request(Req::kGetQueueNum, nullptr, 0, nullptr, 0, &backend_queue_num_, err))
+      return false;
+  }
+  features_ = offered & opts_.features;
+  if (pairs == 1) {
+    features_ &= ~bit(kNetFMq);  // one pair: nothing to steer
+  } else {
+    // virtio 1.2 §5.1.5: queue pairs beyond the first exist only with VIRTIO_NET_F_MQ.
+    if (!(features_ & bit(kNetFMq)) || !(proto_ & bit(kProtoMq))) {
+      *err = fmt::format("{} queue pairs asked for, but the back-end does not offer multiqueue "
+                         "(VIRTIO_NET_F_MQ and the MQ protocol feature)", pairs);
+      return false;
+    }
+    if (backend_queue_num_ < pairs) {
+      *err = fmt::format("{} queue pairs asked for, the back-end supports {} (GET_QUEUE_NUM)",
+                         pairs, backend_queue_num_);
+      return false;
+    }
   }
   if (!request(Req::kSetOwner, nullptr, 0, nullptr, 0, nullptr, err)) return false;
-  features_ = offered & opts_.features;
   if (!request(Req::kSetFeatures, &features_, 8, nullptr, 0, nullptr, err)) return false;
 
   struct {
@@ -140,16 +174,21 @@ bool Frontend::start(DriverMemory& mem, DriverQueue& rxq, DriverQueue& txq, std:
   const int mfd = mem.fd();
   if (!request(Req::kSetMemTable, &table, sizeof table, &mfd, 1, nullptr, err)) return false;
 
-  DriverQueue* qs[2] = {&rxq, &txq};
-  for (uint32_t i = 0; i < 2; ++i) {
-    DriverQueue& q = *qs[i];
-    VringState num{i, q.size()};
-    VringState base{i, 0};
-    VringAddr addr{i, 0, q.desc_uva(), q.used_uva(), q.avail_uva(), 0};
+  kick_.clear();
+  call_.clear();
+  kick_.resize(nvrings);
+  call_.resize(nvrings);
+  for (uint32_t i = 0; i < nvrings; ++i) {
+    const VringSetup& q = vrings[i];
+    VringState num{i, q.num};
+    VringState base{i, q.base};
+    VringAddr addr{i, 0, q.desc_uva, q.used_uva, q.avail_uva, 0};
     kick_[i].reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
     call_[i].reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-    q.set_kick_fd(kick_[i].get());
-    q.set_call_fd(call_[i].get());
+    if (!kick_[i].valid() || !call_[i].valid()) {
+      *err = fmt::format("eventfd: {}", strerror(errno));
+      return false;
+    }
     const uint64_t idx = i;
     const int kfd = kick_[i].get(), cfd = call_[i].get();
     if (!request(Req::kSetVringNum, &num, sizeof num, nullptr, 0, nullptr, err) ||
@@ -160,7 +199,7 @@ bool Frontend::start(DriverMemory& mem, DriverQueue& rxq, DriverQueue& txq, std:
       return false;
   }
   if (features_ & bit(kFProtocolFeatures)) {
-    for (uint32_t i = 0; i < 2; ++i) {
+    for (uint32_t i = 0; i < nvrings; ++i) {
       VringState en{i, 1};
       if (!request(Req::kSetVringEnable, &en, sizeof en, nullptr, 0, nullptr, err)) return false;
     }
@@ -201,7 +240,7 @@ bool Frontend::request_link_channel(std::string* err) {
 void Frontend::stop() {
   if (!chan_.open()) return;
   std::string err;
-  for (uint32_t i = 0; i < 2; ++i) {
+  for (uint32_t i = 0; i < kick_.size(); ++i) {
     VringState s{i, 0}, out;
     request_state(Req::kGetVringBase, s, &out, &err);
   }

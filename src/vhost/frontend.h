@@ -5,6 +5,7 @@
 // message order QEMU uses (vhost-user.rst "Starting and stopping rings").
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "util/fd.h"
 #include "vhost/channel.h"
@@ -26,6 +27,18 @@ struct FrontendOptions {
   static uint64_t default_features();
 };
 
+/// One vring as SET_VRING_NUM/BASE/ADDR describe it (our addresses; for a packed ring avail
+/// and used are the driver and device event suppression areas).
+struct VringSetup {
+  uint32_t num = 0;
+  uint64_t desc_uva = 0, avail_uva = 0, used_uva = 0;
+  uint32_t base = 0;  ///< SET_VRING_BASE num (packed: slot | wrap << 15)
+  template <class Q>
+  static VringSetup of(const Q& q) {
+    return {q.size(), q.desc_uva(), q.avail_uva(), q.used_uva(), q.vring_base()};
+  }
+};
+
 class Frontend {
  public:
   /// Opens the connection (client: retries until timeout; server: waits for the back-end).
@@ -33,13 +46,24 @@ class Frontend {
   /// Negotiates and starts queue pair 0: vring 0 = `rxq` (we receive), 1 = `txq`.
   bool start(virtio::DriverMemory& mem, virtio::DriverQueue& rxq, virtio::DriverQueue& txq,
              std::string* err);
-  /// Stops both vrings (GET_VRING_BASE) and closes the connection.
+  /// Negotiates and starts `vrings.size() / 2` queue pairs: vring 2k is pair k's receive
+  /// queue, 2k+1 its transmit queue (virtio 1.2 §5.1.2), each given by its ring addresses
+  /// (split or packed: the caller asked for VIRTIO_F_RING_PACKED in FrontendOptions::features
+  /// and checks features() for it). More than one pair needs VIRTIO_NET_F_MQ in the wish and
+  /// from the back-end, the MQ protocol feature, and GET_QUEUE_NUM (queue pairs the back-end
+  /// supports, vhost-user.rst) at least as large; every vring is enabled (SET_VRING_ENABLE)
+  /// when PROTOCOL_FEATURES was negotiated. Kick and call eventfds: kick_fd(i), call_fd(i).
+  bool start(virtio::DriverMemory& mem, const std::vector<VringSetup>& vrings, std::string* err);
+  /// Stops every vring (GET_VRING_BASE) and closes the connection.
   void stop();
 
   uint64_t features() const { return features_; }
   uint32_t hdr_len() const { return virtio::net_hdr_len(features_); }
-  int kick_fd(uint32_t vring) const { return kick_[vring].get(); }
-  int call_fd(uint32_t vring) const { return call_[vring].get(); }
+  int kick_fd(uint32_t vring) const { return vring < kick_.size() ? kick_[vring].get() : -1; }
+  int call_fd(uint32_t vring) const { return vring < call_.size() ? call_[vring].get() : -1; }
+  /// Queue pairs started; the back-end's GET_QUEUE_NUM (0 when MQ was not negotiated).
+  uint32_t queue_pairs() const { return static_cast<uint32_t>(kick_.size() / 2); }
+  uint64_t backend_queue_num() const { return backend_queue_num_; }
   bool connected() const { return chan_.open(); }
   /// Our end of the direct-link channel (FrontendOptions::direct_link and a back-end that
   /// offered it), handed over once; an invalid fd otherwise.
@@ -57,7 +81,8 @@ class Frontend {
   Channel chan_;
   uint64_t features_ = 0;
   uint64_t proto_ = 0;
-  UniqueFd kick_[2], call_[2];
+  std::vector<UniqueFd> kick_, call_;
+  uint64_t backend_queue_num_ = 0;
   UniqueFd link_chan_;
   bool request_link_channel(std::string* err);
 };

@@ -36,6 +36,9 @@ class DriverQueue {
   /// Chains posted and not yet returned by the device.
   uint32_t in_flight() const { return num_ - free_descs(); }
   uint16_t avail_idx() const { return avail_idx_; }
+  /// SET_VRING_BASE's num for this ring: where the device resumes (the next avail index it
+  /// reads: everything before it was used; 0 on a new ring).
+  uint32_t vring_base() const { return last_used_; }
 
   /// Posts one buffer as a chain of one descriptor (not visible until publish()).
   /// `device_writes`: a receive buffer. Returns false when no descriptor is free.
