@@ -2,9 +2,8 @@
 """`virtlink gen` with packed virtqueues and several queue pairs (issue 9, driver side),
 against virtlink's back-end and DPDK testpmd's net_vhost. Assertions are on counters and
 sequence numbers, never on wall-clock throughput. Rates are low (5 kpps per stream) and
-rings 1024 deep, so
-that a peer's forwarding thread preempted for ~200 ms on a loaded 2-core machine loses
-nothing (we assert zero loss).
+rings 1024 deep, so that a peer's forwarding thread preempted for ~200 ms on a loaded 2-core
+machine loses nothing (we assert zero loss).
 
   GenRings.test_packed_through_virtlink  gen --ring packed -> virtlink xconnect, then bridge
                                          -> gen --ring packed, 4 flows, payload checked: the
