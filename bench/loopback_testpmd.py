@@ -31,13 +31,18 @@ def rx_pps_series(text, nports):
 class TrafficLoop:
     """The traffic side: testpmd, two virtio-user ports, io forwarding, seeded with a burst."""
 
-    def __init__(self, tb, frame_size, sock_a, sock_b, ring="split"):
-        # ring: the virtqueue layout the traffic side's virtio-user ports ask for (packed_vq).
+    def __init__(self, tb, frame_size, sock_a, sock_b, ring="split", queues=1):
+        # ring: the virtqueue layout the traffic side's virtio-user ports ask for (packed_vq);
+        # queues: their queue pairs (virtio-user queues=N, --rxq/--txq=N).
         extra = ",packed_vq=1" if ring == "packed" else ""
-        vdevs = ["net_virtio_user0,path=%s,queues=1,mac=02:00:00:00:00:0a%s" % (sock_a, extra),
-                 "net_virtio_user1,path=%s,queues=1,mac=02:00:00:00:00:0b%s" % (sock_b, extra)]
+        vdevs = ["net_virtio_user0,path=%s,queues=%d,mac=02:00:00:00:00:0a%s" % (sock_a, queues,
+                                                                               extra),
+                 "net_virtio_user1,path=%s,queues=%d,mac=02:00:00:00:00:0b%s" % (sock_b, queues,
+                                                                               extra)]
         args = ["--tx-first", "--txpkts=%d" % frame_size, "--eth-peer=0,02:00:00:00:00:0b",
                 "--eth-peer=1,02:00:00:00:00:0a"]
+        if queues > 1:
+            args += ["--rxq=%d" % queues, "--txq=%d" % queues]
         self.p = tb.start_testpmd("gen", vdevs, "io", args=args, stats_period=1,
                                   interactive=False)
 
@@ -55,10 +60,10 @@ class TrafficLoop:
         return statistics.median(samples) / 1e6
 
 
-def run_virtlink(tb, mode, frame_size, warm_s, trial_s, ring="split"):
-    sw = topologies.VirtlinkSwitch(tb, mode)
+def run_virtlink(tb, mode, frame_size, warm_s, trial_s, ring="split", queues=1, pmd_threads=1):
+    sw = topologies.VirtlinkSwitch(tb, mode, pmd_threads=pmd_threads)
     socks = sw.start(["a", "b"])
-    gen = TrafficLoop(tb, frame_size, socks["a"], socks["b"], ring)
+    gen = TrafficLoop(tb, frame_size, socks["a"], socks["b"], ring, queues)
     tb.wait_connected(["a", "b"])
     time.sleep(warm_s)
     sw.cycles_begin()
@@ -66,10 +71,10 @@ def run_virtlink(tb, mode, frame_size, warm_s, trial_s, ring="split"):
     return mpps, sw.cycles_end()
 
 
-def run_testpmd_switch(tb, frame_size, warm_s, trial_s, ring="split"):
+def run_testpmd_switch(tb, frame_size, warm_s, trial_s, ring="split", queues=1):
     """DPDK testpmd as the switch: two net_vhost ports (server sockets), io forwarding on CPU 1."""
-    socks = topologies.TestpmdSwitch(tb).start(["a", "b"])
-    gen = TrafficLoop(tb, frame_size, socks["a"], socks["b"], ring)
+    socks = topologies.TestpmdSwitch(tb, queues=queues).start(["a", "b"])
+    gen = TrafficLoop(tb, frame_size, socks["a"], socks["b"], ring, queues)
     time.sleep(warm_s)
     return gen.mpps(trial_s), None
 
@@ -90,9 +95,11 @@ def bench(opts, table):
                                                                      size, r + 1))
                 with vltest.Testbed(None) as tb:
                     if sw == "virtlink":
-                        m, c = run_virtlink(tb, mode, size, opts.warm, opts.trial, opts.ring)
+                        m, c = run_virtlink(tb, mode, size, opts.warm, opts.trial, opts.ring,
+                                            opts.queues, opts.pmd_threads)
                     else:
-                        m, c = run_testpmd_switch(tb, size, opts.warm, opts.trial, opts.ring)
+                        m, c = run_testpmd_switch(tb, size, opts.warm, opts.trial, opts.ring,
+                                                  opts.queues)
                 vals.append(m)
                 if c:
                     cpps.append(c["switch"])

@@ -76,12 +76,19 @@ def have_ovs():
 class VirtlinkSwitch:
     name = "virtlink"
 
-    def __init__(self, tb, mode="xconnect", pmd_mode="poll", policy="rx-batch"):
+    def __init__(self, tb, mode="xconnect", pmd_mode="poll", policy="rx-batch", pmd_threads=1):
+        """`pmd_threads`: 1 (a PMD thread on SWITCH_CPU) or 2 (--pmd-cores on both CPUs: the
+        second shares GEN_CPU with the generator)."""
         self.tb, self.mode, self.pmd_mode, self.policy = tb, mode, pmd_mode, policy
+        self.pmd_threads = pmd_threads
         self._p0 = None
 
+    def pmd_cores(self):
+        return str(SWITCH_CPU) if self.pmd_threads == 1 else "%d,%d" % (min(SWITCH_CPU, GEN_CPU),
+                                                                        max(SWITCH_CPU, GEN_CPU))
+
     def start(self, ports):
-        self.tb.start_switch(ports=ports, forward=self.mode, pmd_cores=str(SWITCH_CPU),
+        self.tb.start_switch(ports=ports, forward=self.mode, pmd_cores=self.pmd_cores(),
                              extra=["--pmd-mode", self.pmd_mode], log_level="warn")
         return {p: self.tb.sock(p) for p in ports}
 
@@ -115,8 +122,10 @@ class TestpmdSwitch:
     forwarding between paired ports (0<->1, 2<->3, ...), forwarding lcore on CPU 1."""
     name = "testpmd"
 
-    def __init__(self, tb, mode="io"):
-        self.tb, self.mode = tb, mode
+    def __init__(self, tb, mode="io", queues=1):
+        """`queues`: queue pairs per net_vhost port (--rxq/--txq; one forwarding lcore polls
+        them all)."""
+        self.tb, self.mode, self.queues = tb, mode, queues
         self.proc = None
 
     def start(self, ports):
@@ -134,9 +143,11 @@ class TestpmdSwitch:
         socks = {}
         for i, p in enumerate(ports):
             socks[p] = os.path.join(tb.dir, "tp-%s.sock" % p)
-            argv += ["--vdev", "net_vhost%d,iface=%s,queues=1" % (i, socks[p])]
+            argv += ["--vdev", "net_vhost%d,iface=%s,queues=%d" % (i, socks[p], self.queues)]
         argv += ["--", "--no-mlockall", "--total-num-mbufs=32768", "--forward-mode=io", "-i",
                  "-a", "--record-core-cycles"]
+        if self.queues > 1:
+            argv += ["--rxq=%d" % self.queues, "--txq=%d" % self.queues]
         env = dict(os.environ)
         for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LD_PRELOAD"):
             env.pop(k, None)
@@ -355,11 +366,13 @@ class OvsSwitch:
         self.remove_stale_taps()
 
 
-def make_switch(tb, kind, mode, pmd_mode="poll"):
+def make_switch(tb, kind, mode, pmd_mode="poll", pmd_threads=1, queues=1):
+    """`pmd_threads` applies to virtlink (--pmd-cores on 1 or 2 CPUs); `queues` to testpmd
+    (net_vhost queues=N, --rxq/--txq=N). virtlink and OVS take what the front-end negotiates."""
     if kind == "virtlink":
-        return VirtlinkSwitch(tb, mode, pmd_mode)
+        return VirtlinkSwitch(tb, mode, pmd_mode, pmd_threads=pmd_threads)
     if kind == "testpmd":
-        return TestpmdSwitch(tb, mode)
+        return TestpmdSwitch(tb, mode, queues=queues)
     if kind == "ovs-dpdk":
         return OvsSwitch(tb, mode)
     raise ValueError(kind)
@@ -438,9 +451,11 @@ class GenRun:
 
 class Topology:
     def __init__(self, tb, topology, switch, vnf_mode="io", vnf_pmd_mode="interrupt",
-                 queue_size=1024):
+                 queue_size=1024, ring="split", queues=1):
         """`queue_size`: entries of the generator's rings (the VNFs keep their default, 256,
-        QEMU's default for a guest's virtio-net queues)."""
+        QEMU's default for a guest's virtio-net queues). `ring` (split | packed) and `queues`
+        (queue pairs): the generator's virtqueues (gen --ring, --queues)."""
+        self.ring, self.queues = ring, queues
         if topology not in TOPOLOGIES:
             raise ValueError("unknown topology %s" % topology)
         self.tb, self.topology, self.switch = tb, topology, switch
@@ -484,7 +499,8 @@ class Topology:
         for i, p in enumerate(self.gen_ports()):
             argv += ["--port", "g%d=vhost-user-client:%s" % (i, self.socks[p])]
         argv += ["--size", str(max(max_frame, 1518)), "--cpu", str(GEN_CPU),
-                 "--queue-size", str(self.queue_size), "--serve"]
+                 "--queue-size", str(self.queue_size), "--ring", self.ring,
+                 "--queues", str(self.queues), "--serve"]
         if unidirectional:
             argv.append("--unidirectional")
         self.unidirectional = unidirectional

@@ -221,8 +221,10 @@ def bench_rfc2544(opts):
         label = "%s/%s" % (kind, modes[0])
         try:
             with vltest.Testbed(None) as tb:
-                sw = topologies.make_switch(tb, kind, modes[0])
-                topo = topologies.Topology(tb, topology, sw, queue_size=opts.queue_size)
+                sw = topologies.make_switch(tb, kind, modes[0], pmd_threads=opts.pmd_threads,
+                                            queues=opts.queues)
+                topo = topologies.Topology(tb, topology, sw, queue_size=opts.queue_size,
+                                           ring=opts.ring, queues=opts.queues)
                 t0 = time.time()
                 topo.start()
                 topo.start_gen()
@@ -238,7 +240,10 @@ def bench_rfc2544(opts):
                             policy="rx-batch" if kind == "virtlink" else None,
                             pmd_mode="poll", vnfs=n_vnfs, flows=opts.flows, frame_size=size,
                             trial_s=opts.trial,
-                            vnf_pmd_mode="interrupt" if n_vnfs else None, **fields))
+                            vnf_pmd_mode="interrupt" if n_vnfs else None,
+                            ring=opts.ring, queues=opts.queues,
+                            pmd_threads=opts.pmd_threads if kind == "virtlink" else 1,
+                            **fields))
                         if hist:
                             hists.setdefault(size, {})[label] = hist
                 # Where frames were lost, over all trials: the switch's drops by reason
@@ -271,11 +276,21 @@ def bench_loopback_gen(opts):
             log("%s: not installed, skipped" % kind)
             continue
         with vltest.Testbed(None) as tb:
-            topo = topologies.Topology(tb, "p2p", topologies.make_switch(tb, kind, mode))
-            topo.start()
-            topo.start_gen()
+            topo = topologies.Topology(
+                tb, "p2p", topologies.make_switch(tb, kind, mode, pmd_threads=opts.pmd_threads,
+                                                  queues=opts.queues),
+                ring=opts.ring, queues=opts.queues)
+            try:
+                topo.start()
+                topo.start_gen()
+            except (RuntimeError, vltest.TestTimeout, AssertionError) as e:
+                msg = "%s/%s: failed: %s" % (kind, mode, str(e).strip().splitlines()[0]
+                                             if str(e) else e)
+                log(msg)
+                opts.loopback_errors.append(msg)
+                continue
             for size in sizes:
-                vals, cpps = [], []
+                vals, cpps, gcyc = [], [], []
                 topo.trial(0, size, min(1.0, opts.trial))  # warm-up
                 for r in range(runs):
                     run = topo.trial(0, size, opts.trial)
@@ -284,18 +299,21 @@ def bench_loopback_gen(opts):
                         "cycles/frame)" % (kind, mode, size, r + 1, mpps,
                                            run.doc.get("tx_cycles_per_packet", 0)))
                     vals.append(mpps)
+                    gcyc.append(run.doc.get("tx_cycles_per_packet", 0))
                     if run.cycles:
                         cpps.append(run.cycles["switch"])
                 results[(kind, mode, size)] = (statistics.median(vals), vals,
                                                round(statistics.median(cpps)) if cpps else None)
+                opts.gen_cycles[(kind, mode, size)] = round(statistics.median(gcyc))
             topo.stop()
     return loopback_table(results, sizes, configs, opts, "gen")
 
 
 def loopback_table(results, sizes, configs, opts, traffic):
     rows = []
-    lines = ["%-10s %-9s %6s %10s %12s %14s %s" % ("switch", "mode", "bytes", "Mpps",
-                                                    "vs testpmd", "cycles/pkt", "runs")]
+    lines = ["%-10s %-9s %6s %10s %12s %14s %12s %s" % ("switch", "mode", "bytes", "Mpps",
+                                                         "vs testpmd", "cycles/pkt",
+                                                         "gen cyc/f", "runs")]
     for size in sizes:
         anchor = results.get(("testpmd", "io", size), (None,))[0]
         for sw, mode in configs:
@@ -303,9 +321,11 @@ def loopback_table(results, sizes, configs, opts, traffic):
                 continue
             med, vals, cpp = results[(sw, mode, size)]
             ratio = med / anchor if anchor else None
-            lines.append("%-10s %-9s %6d %10.3f %12s %14s %s" % (
+            gcyc = getattr(opts, "gen_cycles", {}).get((sw, mode, size))
+            lines.append("%-10s %-9s %6d %10.3f %12s %14s %12s %s" % (
                 sw, mode, size, med, "%.2fx" % ratio if ratio else "-",
-                cpp if cpp is not None else "-", " ".join("%.3f" % v for v in vals)))
+                cpp if cpp is not None else "-", gcyc if gcyc else "-",
+                " ".join("%.3f" % v for v in vals)))
             rows.append(report.row(
                 experiment="loopback", topology="p2p", switch=sw, mode=mode,
                 policy="rx-batch" if sw == "virtlink" else None, pmd_mode="poll", vnfs=0,
@@ -313,7 +333,9 @@ def loopback_table(results, sizes, configs, opts, traffic):
                 cycles_per_packet={"switch": cpp} if cpp else None,
                 mpps=round(med, 4), mpps_runs=[round(v, 4) for v in vals],
                 ratio_to_testpmd=round(ratio, 3) if ratio else None, traffic=traffic,
-                ring=getattr(opts, "ring", "split")))
+                ring=getattr(opts, "ring", "split"), queues=getattr(opts, "queues", 1),
+                pmd_threads=getattr(opts, "pmd_threads", 1) if sw == "virtlink" else 1,
+                gen_tx_cycles_per_packet=getattr(opts, "gen_cycles", {}).get((sw, mode, size))))
     return rows, lines
 
 
@@ -338,6 +360,19 @@ def list_benches():
         print("  %-9s %s" % (name, what))
     print("\nEvery bench takes --json FILE and --quick; see bench/README.md.")
     return 0
+
+
+def pmd_share_note(opts):
+    """What shares a core when virtlink runs two PMD threads (2 CPUs)."""
+    if opts.pmd_threads == 1:
+        return ""
+    return ("; virtlink with --pmd-threads 2: PMD threads on CPUs %d and %d (--pmd-cores %d,%d), "
+            "the one on CPU %d SHARES it with the generator (both busy-poll: the kernel "
+            "time-slices them); testpmd and OVS keep one forwarding thread" % (
+                min(topologies.SWITCH_CPU, topologies.GEN_CPU),
+                max(topologies.SWITCH_CPU, topologies.GEN_CPU),
+                min(topologies.SWITCH_CPU, topologies.GEN_CPU),
+                max(topologies.SWITCH_CPU, topologies.GEN_CPU), topologies.GEN_CPU))
 
 
 def main():
@@ -394,9 +429,17 @@ def main():
     ap.add_argument("--traffic", choices=["gen", "testpmd"], default="gen",
                     help="loopback: traffic side (gen)")
     ap.add_argument("--ring", choices=["split", "packed"], default="split",
-                    help="loopback: virtqueue layout of the traffic side's rings (packed: "
-                    "testpmd virtio-user with packed_vq=1 is the traffic side, since virtlink "
-                    "gen drives split rings only)")
+                    help="loopback, p2p: virtqueue layout of the traffic side's rings (gen "
+                    "--ring; --traffic testpmd: virtio-user packed_vq=1)")
+    ap.add_argument("--queues", type=int, default=1,
+                    help="loopback, p2p: queue pairs of the traffic side's ports (gen --queues: "
+                    "flow f on queue f %% N, so use --flows >= N; testpmd as the switch gets "
+                    "net_vhost queues=N). virtlink's back-end offers one pair until multiqueue "
+                    "lands: N > 1 against it is reported as not measured")
+    ap.add_argument("--pmd-threads", type=int, choices=[1, 2], default=1,
+                    help="loopback, p2p: virtlink PMD threads (1: --pmd-cores 1; 2: --pmd-cores "
+                    "0,1, the second sharing CPU 0 with the generator; ports are assigned to "
+                    "threads round-robin, so in p2p each thread polls one port)")
     ap.add_argument("--plot-dir", default=None,
                     help="where PNG plots go (default: the --json file's directory, else the "
                     "current directory)")
@@ -405,6 +448,9 @@ def main():
     if opts.plot_dir is None:
         opts.plot_dir = os.path.dirname(os.path.abspath(opts.json)) if opts.json else os.getcwd()
     vltest.VIRTLINK = os.path.abspath(opts.virtlink)
+    if opts.queues < 1 or opts.queues > 64:
+        ap.error("--queues: 1..64")
+    opts.loopback_errors, opts.gen_cycles = [], {}
     if opts.name == "batching":
         # Table (a) is at 64 B; --frame-sizes are table (b)'s (default 512,1024,1280,1518).
         if opts.trial is None:
@@ -450,24 +496,28 @@ def main():
                 "OVS tx-flush-interval set with ovs-vsctl in the same instance." % (
                     opts.precision, opts.trial))
     elif opts.name == "loopback":
-        if opts.ring == "packed" and opts.traffic == "gen":
-            log("loopback --ring packed: virtlink gen drives split rings only; the traffic "
-                "side is testpmd virtio-user (packed_vq=1)")
-            opts.traffic = "testpmd"
         if opts.traffic == "gen":
             core_plan = ("switch under test (virtlink PMD thread or testpmd's forwarding lcore) "
                          "busy-polls on CPU 1; the traffic side (virtlink gen, one thread, "
-                         "sending as fast as the rings allow) busy-polls on CPU 0")
+                         "sending as fast as the rings allow, %s rings, %d queue pair%s) "
+                         "busy-polls on CPU 0" % (opts.ring, opts.queues,
+                                                  "" if opts.queues == 1 else "s")) + \
+                pmd_share_note(opts)
             rows, lines = bench_loopback_gen(opts)
+            errors = opts.loopback_errors
         else:
-            core_plan = loopback_testpmd.CORE_PLAN
+            core_plan = loopback_testpmd.CORE_PLAN + " (virtio-user %s rings, queues=%d)" % (
+                opts.ring, opts.queues) + pmd_share_note(opts)
             rows, lines = loopback_testpmd.bench(opts, loopback_table)
         note = ("Mpps: frames the traffic side received per second over the trial, both "
                 "directions; cycles/pkt: the switch's forwarding thread's busy TSC cycles per "
-                "frame (virtlink: its own counter; testpmd: --record-core-cycles, with "
+                "frame (virtlink: its own counter, all PMD threads; testpmd: "
+                "--record-core-cycles, with --traffic gen); gen cyc/f: the generator's own TSC "
+                "cycles per transmitted frame (its TX work: reclaim, stamp, post, publish; "
                 "--traffic gen)")
     else:
-        core_plan = topologies.CORE_PLAN
+        core_plan = topologies.CORE_PLAN + ("; generator rings: %s, %d queue pair%s" % (
+            opts.ring, opts.queues, "" if opts.queues == 1 else "s")) + pmd_share_note(opts)
         rows, hists, errors, diagnostics = bench_rfc2544(opts)
         lines = report.throughput_table(
             rows, ["xconnect", "bridge"] if opts.name == "p2p" else ["xconnect"])
