@@ -156,7 +156,8 @@ bool VhostPort::try_connect() {
 
 bool VhostPort::on_tick() {
   const virtio::GuestMemory* mem = backend_.memory();
-  if (backend_.connected() && mem && mem->faulted()) {
+  if (backend_.connected() && ((mem && mem->faulted()) || backend_.log_faulted())) {
+    // Guest memory or the dirty log (live migration): both are the front-end's files.
     spdlog::error("port {}: the front-end truncated its shared memory under the switch "
                   "(faulting pages were replaced by zero pages); closing the connection",
                   cfg_.name);

@@ -134,6 +134,8 @@ class Backend {
   /// Live migration: the front-end set VHOST_F_LOG_ALL and gave a log (SET_LOG_BASE); every
   /// write into guest memory is then marked in it (virtio/dirty_log.h).
   bool logging() const { return log_ && virtio::has(features_, virtio::kFLogAll); }
+  /// The front-end truncated the log's file and a mark faulted (DirtyLog::faulted()).
+  bool log_faulted() const { return log_ && log_->faulted(); }
   /// Dirty-log counters of this port, over all connections (stats JSON).
   const virtio::DirtyLogStats& log_stats() const { return log_stats_; }
 

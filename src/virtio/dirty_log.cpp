@@ -7,11 +7,18 @@
 #include <fmt/format.h>
 
 #include "virtio/guest_memory.h"
+#include "virtio/sigbus_guard.h"
 
 namespace vl::virtio {
 
-DirtyLog::~DirtyLog() {
-  if (map_base_) munmap(map_base_, map_len_);
+DirtyLog::~DirtyLog() { unmap(); }
+
+void DirtyLog::unmap() {
+  if (!map_base_) return;
+  SigbusGuard::remove(guard_slot_);
+  munmap(map_base_, map_len_);
+  map_base_ = nullptr;
+  guard_slot_ = -1;
 }
 
 bool DirtyLog::map(int fd, uint64_t size, uint64_t offset, std::string* err) {
@@ -46,13 +53,25 @@ bool DirtyLog::map(int fd, uint64_t size, uint64_t offset, std::string* err) {
     *err = "log mmap failed";
     return false;
   }
-  if (map_base_) munmap(map_base_, map_len_);
+  // The front-end can truncate the file under us (as it can its guest memory): registered,
+  // a mark into a vanished page lands in a zero page instead of killing the switch with
+  // SIGBUS, and faulted() tells the port to drop the connection.
+  const int slot = SigbusGuard::add(p, len);
+  if (slot < 0) {
+    munmap(p, len);
+    *err = "log not mapped: too many guarded mappings";
+    return false;
+  }
+  unmap();
+  guard_slot_ = slot;
   map_base_ = p;
   map_len_ = len;
   base_ = static_cast<uint8_t*>(p) + delta;
   size_ = size;
   return true;
 }
+
+bool DirtyLog::faulted() const { return SigbusGuard::faulted(guard_slot_); }
 
 void DirtyLog::mark(uint64_t gpa, uint64_t len) {
   if (len == 0) return;

@@ -49,7 +49,8 @@ class DirtyLog {
   /// The fd is not taken over (the mapping outlives its close). Rejects: size 0 or above
   /// kMaxBytes, offset + size overflowing, an fd that is not a regular file (memfd) or is
   /// smaller than offset + size (fstat), or a failed mmap. The mapping starts at the page
-  /// holding `offset`. False with `*err` set, nothing mapped, on error.
+  /// holding `offset` and is guarded against SIGBUS (a file truncated later: faulted()).
+  /// False with `*err` set, nothing mapped, on error.
   bool map(int fd, uint64_t size, uint64_t offset, std::string* err);
 
   /// Builds a log over memory the caller owns (tests): nothing unmapped on destruction.
@@ -67,6 +68,10 @@ class DirtyLog {
   /// wrote), by its guest-physical address. A range in no region marks nothing.
   void mark_host(const GuestMemory& mem, const uint8_t* p, uint64_t len);
 
+  /// True once a mark hit a page the front-end had truncated away (the SIGBUS guard put a
+  /// zero page there, virtio/sigbus_guard.h): the connection must be dropped.
+  bool faulted() const;
+
   uint64_t size() const { return size_; }  ///< bytes of bitmap
   const uint8_t* bitmap() const { return base_; }
 
@@ -75,7 +80,9 @@ class DirtyLog {
   uint64_t size_ = 0;
   void* map_base_ = nullptr;  ///< what mmap returned (null: not ours)
   uint64_t map_len_ = 0;
+  int guard_slot_ = -1;       ///< SigbusGuard registration of [map_base_, +map_len_)
   DirtyLogStats* stats_;
+  void unmap();
 };
 
 }  // namespace vl::virtio
