@@ -15,11 +15,13 @@ def bit(n):
 
 F_VERSION_1, F_MRG, F_INDIRECT, F_EVENT_IDX, F_PROTO, F_MTU = bit(32), bit(15), bit(28), bit(29), bit(30), bit(3)
 P_MQ, P_RARP, P_REPLY_ACK, P_MTU = bit(0), bit(2), bit(3), bit(4)
+P_LOG_SHMFD, F_LOG_ALL, F_MQ = bit(1), bit(26), bit(22)
 VERSION, NEED_REPLY = 1, 1 << 3
 (GET_FEATURES, SET_FEATURES, SET_OWNER, RESET_OWNER, SET_MEM_TABLE, SET_VRING_NUM, SET_VRING_ADDR,
  SET_VRING_BASE, GET_VRING_BASE, SET_VRING_KICK, SET_VRING_CALL, GET_PROTOCOL_FEATURES,
  SET_PROTOCOL_FEATURES, GET_QUEUE_NUM, SET_VRING_ENABLE, SEND_RARP, NET_SET_MTU) = (
     1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13, 15, 16, 17, 18, 19, 20)
+SET_LOG_BASE = 6
 D_NEXT, D_WRITE, D_INDIRECT = 1, 2, 4
 
 
@@ -151,6 +153,43 @@ def backend_seeds():
         struct.pack("<QQQQ", 0x100000, 8192, UVA + 0x100000, 4096)
     b.msg(SET_MEM_TABLE, table, VERSION | NEED_REPLY, fds=[(6, 0), (0, 3 * 4096)])
     write("fuzz_vhost_backend", "indirect_and_new_table", b.run().b)
+
+    # Live migration: LOG_SHMFD, a log in a second memfd, LOG_ALL on, the used rings' log
+    # address (VHOST_VRING_F_LOG) set again mid-traffic, the log replaced (at an offset),
+    # LOG_ALL off and on, then logs of hostile sizes and offsets and SEND_RARP.
+    b = negotiate(Backend(), full, proto | P_LOG_SHMFD)
+    post_rx(b)
+    send_tx(b, n=2)
+    b.msg(SET_LOG_BASE, struct.pack("<QQ", 4096, 0), fds=[(0, 8192)])
+    b.u64(SET_FEATURES, full | F_LOG_ALL, VERSION | NEED_REPLY).run()
+    for idx, (d, a, u) in enumerate(((RXD, RXA, RXU), (TXD, TXA, TXU))):
+        b.msg(SET_VRING_ADDR, struct.pack("<IIQQQQ", idx, 1, UVA + d, UVA + u, UVA + a, u),
+              VERSION | NEED_REPLY)
+    post_rx(b)
+    send_tx(b, n=2)
+    b.run().msg(SET_LOG_BASE, struct.pack("<QQ", 2, 4095), fds=[(6, 1)])
+    b.u64(SET_FEATURES, full, VERSION | NEED_REPLY).run().u64(SET_FEATURES, full | F_LOG_ALL).run()
+    b.msg(SET_LOG_BASE, struct.pack("<QQ", 1, (1 << 64) - 1), VERSION | NEED_REPLY, fds=[(0, 4096)])
+    b.msg(SET_LOG_BASE, struct.pack("<QQ", 1 << 40, 0), VERSION | NEED_REPLY, fds=[(4, 0)])
+    b.u64(SEND_RARP, 0xffffffffffff, VERSION | NEED_REPLY)
+    write("fuzz_vhost_backend", "migration_logging", b.run().b)
+
+    # Multiqueue: vring messages and SET_VRING_ENABLE for queue pairs 1..7 and beyond,
+    # indexes with upper bits set; GET_QUEUE_NUM before and after the features.
+    b = Backend().msg(GET_QUEUE_NUM).msg(GET_FEATURES).u64(SET_FEATURES, full | F_MQ)
+    b.msg(GET_PROTOCOL_FEATURES).u64(SET_PROTOCOL_FEATURES, proto).msg(GET_QUEUE_NUM)
+    negotiate(b, full | F_MQ, proto, VERSION | NEED_REPLY)
+    for idx in (2, 3, 4, 15, 16, 255, 256, 0x10002, 0xffffffff):
+        b.state(SET_VRING_ENABLE, idx, 1, VERSION | NEED_REPLY)
+        b.state(SET_VRING_NUM, idx, NUM, VERSION | NEED_REPLY)
+        b.msg(SET_VRING_ADDR, struct.pack("<IIQQQQ", idx, 0, UVA + RXD, UVA + RXU, UVA + RXA, 0),
+              VERSION | NEED_REPLY)
+        b.u64(SET_VRING_KICK, idx & 0xff | 0x100, VERSION | NEED_REPLY)
+        b.state(GET_VRING_BASE, idx, 0, VERSION | NEED_REPLY)
+    post_rx(b)
+    send_tx(b, n=2)
+    b.run().state(SET_VRING_ENABLE, 0, 0).run().state(SET_VRING_ENABLE, 0, 1).run()
+    write("fuzz_vhost_backend", "multiqueue_indexes", b.b)
 
     # Framing garbage: a header cut short, an oversized size field, fds on GET_FEATURES.
     b = Backend().raw(struct.pack("<II", GET_FEATURES, VERSION)).raw(struct.pack("<I", 0))

@@ -26,6 +26,7 @@ Notify (call fds the front-end makes block), Shutdown (SIGTERM while a PMD threa
 blocked), Traffic (testpmd flooding while a front-end misbehaves).
 `VLTEST_KEEP=1` keeps the switch log; see tests/hostile/README.md.
 """
+import fcntl
 import mmap
 import os
 import random
@@ -2571,6 +2572,51 @@ def log_fd(size):
     return fd
 
 
+VRING_F_LOG = 1  # VHOST_VRING_F_LOG: SET_VRING_ADDR's log_guest_addr is valid
+LOG_PAGE = 4096
+
+
+def log_bytes_for(end):
+    """Bytes of dirty log covering guest-physical [0, end) (one bit per 4 KiB page)."""
+    return ((end + LOG_PAGE - 1) // LOG_PAGE + 7) // 8
+
+
+class DirtyLogFd:
+    """A dirty log as QEMU makes one: a memfd of `size` bytes at `offset`, with `slack`
+    bytes of guard after it whose contents must stay untouched."""
+
+    def __init__(self, size, offset=0, slack=4096, file_size=None):
+        self.size, self.offset = size, offset
+        self.fd = os.memfd_create("vhu-log", os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 2))
+        self.file_size = file_size if file_size is not None else offset + size + slack
+        os.ftruncate(self.fd, self.file_size)
+        self.mm = mmap.mmap(self.fd, self.file_size) if self.file_size else None
+
+    def payload(self, size=None, offset=None):
+        return struct.pack("<QQ", self.size if size is None else size,
+                           self.offset if offset is None else offset)
+
+    def bit(self, gpa):
+        page = gpa // LOG_PAGE
+        return bool(self.mm[self.offset + page // 8] >> (page % 8) & 1)
+
+    def outside_untouched(self):
+        """True if no byte before the log or after its end was written."""
+        return (not any(self.mm[:self.offset]) and
+                not any(self.mm[self.offset + self.size:self.file_size]))
+
+    def clear(self):
+        self.mm[self.offset:self.offset + self.size] = bytes(self.size)
+
+    def close(self):
+        if self.mm is not None:
+            self.mm.close()
+            self.mm = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 class Migration(HostileCase):
     PORTS = ("a", "b", "c")
     PROTO = DEFAULT_PROTOCOL | PROTO_LOG_SHMFD | PROTO_RARP
@@ -2655,6 +2701,301 @@ class Migration(HostileCase):
         tx0 = self.h.stats()["c"]["tx_packets"]
         self.assertTrue(self.h.a.tx.send_frame(frame(m, MAC_A, b"to the migrated guest")))
         self.h.wait_stats(lambda st: st["c"]["tx_packets"] >= tx0 + 1, what="the frame to c")
+
+    def mig_guest(self, port="c", **kw):
+        g = self.h.guest(port, protocol=self.PROTO, features=DEFAULT_FEATURES | VHOST_F_LOG_ALL,
+                         **kw)
+        # negotiate() masked LOG_ALL in when offered; migration starts with it off.
+        g.features &= ~VHOST_F_LOG_ALL
+        self.assertEqual(g.u64(SET_FEATURES, g.features), 0)
+        self.assertTrue(g.protocol & PROTO_LOG_SHMFD, "LOG_SHMFD not offered")
+        return g
+
+    def set_log(self, g, log, size=None, offset=None):
+        """SET_LOG_BASE as QEMU sends it (no NEED_REPLY; a u64 reply comes anyway)."""
+        p = g.request(SET_LOG_BASE, log.payload(size, offset), [log.fd], reply=True)
+        self.assertEqual(p, struct.pack("<Q", 0))
+
+    def log_all(self, g, on):
+        f = g.features | VHOST_F_LOG_ALL if on else g.features & ~VHOST_F_LOG_ALL
+        self.assertEqual(g.u64(SET_FEATURES, f), 0)
+
+    def mem_end(self, g):
+        return max(r.gpa + r.size for r in g.mem.regions)
+
+    def test_03_log_base_more_hostile(self):
+        """SET_LOG_BASE beyond test_01: sizes 2^63 and 2^64-1, offset 2^63, offset + size
+        one byte past the fd, a directory, /dev/zero, a read-only fd of the memfd, a memfd
+        sealed against writes, payloads of 0-4096 bytes with the fd, SET_LOG_FD: an error
+        reply each, nothing mapped, no fd kept; the connection goes on working and takes a
+        good log afterwards; without LOG_SHMFD negotiated, refused."""
+        g = self.mig_guest()
+        need = log_bytes_for(self.mem_end(g))
+        good = DirtyLogFd(need)
+        try:
+            ro = os.open("/proc/self/fd/%d" % good.fd, os.O_RDONLY | os.O_CLOEXEC)
+            sealed = DirtyLogFd(need)
+            sealed.mm.close()
+            sealed.mm = None
+            fcntl.fcntl(sealed.fd, 1033, 0x0008)  # F_ADD_SEALS, F_SEAL_WRITE
+            dirfd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            zero = os.open("/dev/zero", os.O_RDWR | os.O_CLOEXEC)
+            extra = [ro, dirfd, zero]
+            cases = [
+                ("size 2^63", good.payload(1 << 63, 0), [good.fd]),
+                ("size 2^64-1", good.payload((1 << 64) - 1, 0), [good.fd]),
+                ("size above the 256 MiB cap", good.payload((256 << 20) + 1, 0), [good.fd]),
+                ("offset + size past the end by one",
+                 good.payload(need, good.file_size - need + 1), [good.fd]),
+                ("offset + size overflowing", good.payload(need, (1 << 64) - 4096), [good.fd]),
+                ("offset 2^63", good.payload(need, 1 << 63), [good.fd]),
+                ("log one byte too small for guest memory", good.payload(need - 1, 0), [good.fd]),
+                ("a directory", good.payload(), [dirfd]),
+                ("/dev/zero", good.payload(), [zero]),
+                ("a read-only fd of the memfd", good.payload(), [ro]),
+                ("a memfd sealed against writes", good.payload(), [sealed.fd]),
+            ]
+            for what, payload, fds in cases:
+                self.assertRefused(g.refused(SET_LOG_BASE, payload, fds), what)
+            # Wrong payload sizes, with and without the fd; SET_LOG_FD (not served).
+            for size in (0, 8, 15, 17, 24, 4096):
+                self.assertRefused(g.refused(SET_LOG_BASE, bytes(size), [good.fd]),
+                                   "payload of %d bytes" % size)
+            self.assertRefused(g.refused(SET_LOG_FD, bytes(8), [good.fd]), "SET_LOG_FD")
+            self.assertEqual(self.h.guest_maps()[0], self.h.base_maps[0] + 1,
+                             "a refused log was mapped")
+            self.assertFalse(self.h.stats()["c"]["migration"]["logging"])
+            # The connection still works, and a good log is taken after all that.
+            self.h.learn(g, MAC_C)
+            self.assertEqual(self.h.exchange(g, MAC_C, self.h.b, MAC_B), 8)
+            self.set_log(g, good)
+            self.assertEqual(self.h.guest_maps()[0], self.h.base_maps[0] + 2)
+            # Without LOG_SHMFD negotiated: refused (a second connection).
+            g.close()
+            self.h.wait_ports_settled()
+            g2 = self.h.guest("c")
+            self.assertRefused(g2.refused(SET_LOG_BASE, good.payload(), [good.fd]),
+                               "SET_LOG_BASE without LOG_SHMFD")
+            sealed.close()
+            for fd in extra:
+                os.close(fd)
+        finally:
+            good.close()
+
+    def test_04_log_before_memory_and_memory_growing(self):
+        """A log sent before SET_MEM_TABLE (nothing to check it against), then a memory
+        table reaching far past what it covers, a table growing while logging, a log at an
+        odd offset: pages past the log are counted, never written; the bytes of the fd
+        around the log stay untouched; pages inside it are marked."""
+        g = self.h.connect("c")
+        off = 100  # not page-aligned: the switch maps from the page holding it
+        log = DirtyLogFd(log_bytes_for(0x40400000), offset=off, slack=8192)
+        try:
+            offered = struct.unpack("<Q", g.request(GET_FEATURES, reply=True))[0]
+            self.assertTrue(offered & VHOST_F_LOG_ALL)
+            g.features = DEFAULT_FEATURES & offered
+            g.send(SET_PROTOCOL_FEATURES, struct.pack("<Q", DEFAULT_PROTOCOL | PROTO_LOG_SHMFD))
+            g.protocol = DEFAULT_PROTOCOL | PROTO_LOG_SHMFD
+            self.set_log(g, log)  # before SET_FEATURES and SET_MEM_TABLE
+            self.set_log(g, log)  # twice
+            g.protocol = 0
+            g.negotiate(features=DEFAULT_FEATURES, protocol=DEFAULT_PROTOCOL | PROTO_LOG_SHMFD)
+            g.rx.post()
+            self.h.learn(g, MAC_C)
+            self.log_all(g, True)
+            self.assertTrue(self.h.stats()["c"]["migration"]["logging"])
+            self.assertEqual(self.h.exchange(self.h.a, MAC_A, g, MAC_C, 8), 8)
+            self.assertEqual(self.h.exchange(g, MAC_C, self.h.b, MAC_B, 8), 8)
+            for q in (g.rx, g.tx):
+                self.assertTrue(log.bit(q.used), "used ring page not marked")
+            self.assertTrue(log.bit(g.rx.buf_of[0]), "receive buffer page not marked")
+            self.assertTrue(log.outside_untouched(), "bytes outside the log written")
+            # Memory grows: a second region at 64 GiB (the log covers 1 GiB + 4 MiB), the
+            # receive buffers moved there. Frames still arrive; their pages are counted.
+            hi = Region(1 << 20, 64 << 30, 0x7f3400000000)
+            g.mem.regions.append(hi)
+            g.mem._next[id(hi)] = 0
+            self.assertEqual(g.set_mem_table(g.mem.regions), 0)
+            g.rx = RxQueue(g.mem, 64, region=1)  # ring and buffers up there
+            g.start_vring(RX, g.rx)
+            g.rx.post()
+            before = self.h.stats()["c"]["migration"]
+            self.assertEqual(self.h.exchange(self.h.a, MAC_A, g, MAC_C, 8), 8)
+            after = self.h.stats()["c"]["migration"]
+            self.assertGreater(after["dirty_log_out_of_range"], before["dirty_log_out_of_range"])
+            self.assertTrue(log.outside_untouched(), "bytes outside the log written")
+            # Off again: nothing more is marked.
+            self.log_all(g, False)
+            log.clear()
+            self.assertEqual(self.h.exchange(g, MAC_C, self.h.b, MAC_B, 8), 8)
+            self.assertFalse(any(log.mm[:]), "marked with LOG_ALL off")
+        finally:
+            g.close()
+            log.close()
+
+    def test_05_vring_log_addresses(self):
+        """SET_VRING_ADDR with VHOST_VRING_F_LOG and log_guest_addr in no region, across the
+        end of memory, wrapping 2^64: the ring does not start (why_not says so); with a
+        valid one the used ring's page there is marked; odd GET/SET_VRING_BASE while
+        logging."""
+        g = self.mig_guest()
+        log = DirtyLogFd(log_bytes_for(self.mem_end(g)))
+        try:
+            self.set_log(g, log)
+            self.log_all(g, True)
+            self.h.learn(g, MAC_C)
+            end = self.mem_end(g)
+            for what, la in (("in no region", 0x1000), ("across the end", end - 8),
+                             ("wrapping", (1 << 64) - 8), ("at the end", end)):
+                a = bytearray(g.tx.addr_msg(TX))
+                struct.pack_into("<I", a, 4, VRING_F_LOG)
+                struct.pack_into("<Q", a, 32, la)
+                self.assertIsNotNone(g.request(SET_VRING_ADDR, bytes(a)))  # ack or nack
+                v = self.h.ports()["c"]["vrings"][TX]
+                self.assertFalse(v["ready"], "ring started with a log address %s" % what)
+                self.assertIn("log", v["why_not"])
+            # Unknown flags refused.
+            a = bytearray(g.tx.addr_msg(TX))
+            struct.pack_into("<I", a, 4, 0xfffffffe)
+            self.assertRefused(g.refused(SET_VRING_ADDR, bytes(a)), "unknown vring address flags")
+            # A valid log address that is not the used ring (the front-end's choice): that
+            # page is marked, the ring works.
+            other = g.mem.alloc(4096, 4096)
+            a = bytearray(g.tx.addr_msg(TX))
+            struct.pack_into("<I", a, 4, VRING_F_LOG)
+            struct.pack_into("<Q", a, 32, other)
+            self.assertEqual(g.request(SET_VRING_ADDR, bytes(a)), 0)
+            self.assertTrue(self.h.ports()["c"]["vrings"][TX]["ready"])
+            log.clear()
+            self.assertEqual(self.h.exchange(g, MAC_C, self.h.b, MAC_B, 8), 8)
+            self.assertTrue(log.bit(other), "the log_guest_addr page not marked")
+            # GET_VRING_BASE / SET_VRING_BASE with odd values while logging.
+            for base in (0xffff, 0x8000, 0x1_0000, 0xffffffff, g.tx.avail_idx + 300):
+                g.request(GET_VRING_BASE, struct.pack("<II", TX, 0), reply=True)
+                r = g.refused(SET_VRING_BASE, struct.pack("<II", TX, base))
+                self.assertIn(r, ("nack", "accepted", "closed"))
+                if r == "closed":
+                    break
+                g.vring_fd(SET_VRING_KICK, TX, g.kick[TX])
+                g.tx.send_frame(frame(MAC_B, MAC_C, b"odd base"), wait=False)
+                time.sleep(0.02)
+            self.assertTrue(log.outside_untouched())
+            # SEND_RARP with garbage: 6 bytes of a multicast MAC, zeros, wrong sizes.
+            for p in (b"\xff" * 8, bytes(8), MAC_A + b"\0\0"):
+                self.assertIn(g.refused(SEND_RARP, p), ("nack", "accepted", "closed"))
+            for size in (0, 6, 16):
+                self.assertRefused(g.refused(SEND_RARP, bytes(size)), "SEND_RARP of %d bytes" % size)
+        finally:
+            g.close()
+            log.close()
+
+    def test_06_logging_toggled_under_traffic(self):
+        """While frames flow both ways through c: LOG_ALL toggled on and off, the log
+        replaced by new memfds, the used ring's log address set again. Every frame c sends
+        arrives once, intact and in order; frames to c arrive intact and in order, or are
+        counted as no_destination (each message pauses the port: frames for it are dropped
+        while it is reconfigured); old logs are unmapped; the bytes around each log stay
+        untouched; pages are logged and none out of range."""
+        g = self.mig_guest()
+        g.rx.post()
+        self.h.learn(g, MAC_C)
+        need = log_bytes_for(self.mem_end(g))
+        logs = []
+        stop = threading.Event()
+        errors = []
+
+        def churn():
+            try:
+                k = 0
+                while not stop.is_set():
+                    k += 1
+                    if k % 3 == 0:
+                        log = DirtyLogFd(need, offset=4096 * (k % 4) + 8 * k % 512)
+                        logs.append(log)
+                        self.set_log(g, log)
+                    self.log_all(g, k % 2 == 0)
+                    if k % 5 == 0:
+                        q, idx = (g.rx, RX) if k % 2 else (g.tx, TX)
+                        a = bytearray(q.addr_msg(idx))
+                        struct.pack_into("<I", a, 4, VRING_F_LOG)
+                        struct.pack_into("<Q", a, 32, q.used)
+                        self.assertEqual(g.request(SET_VRING_ADDR, bytes(a)), 0)
+                    time.sleep(0.002)  # QEMU sends a handful; this is thousands a second
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+        th = threading.Thread(target=churn, daemon=True)
+        to_c, at_c, to_b, at_b = [], [], [], []
+
+        def collect():
+            nonlocal at_c, at_b
+            at_c += [f for f in g.rx.take() if f[14:18] == b"MIGR"]
+            at_b += [f for f in self.h.b.rx.take() if f[14:18] == b"BACK"]
+        th.start()
+        try:
+            t_end = time.monotonic() + 2.5
+            i = 0
+            while time.monotonic() < t_end:
+                fr = frame(MAC_C, MAC_A, b"MIGR" + struct.pack(">I", i))
+                if self.h.a.tx.send_frame(fr, timeout=1):
+                    to_c.append(fr)
+                fr = frame(MAC_B, MAC_C, b"BACK" + struct.pack(">I", i))
+                if g.tx.send_frame(fr, timeout=1):
+                    to_b.append(fr)
+                collect()
+                i += 1
+        finally:
+            stop.set()
+            th.join()
+        self.assertFalse(errors, errors)
+        self.assertTrue(g.tx.wait_done(3) and self.h.a.tx.wait_done(3))
+        deadline = time.monotonic() + 3
+        while len(at_b) < len(to_b) and time.monotonic() < deadline:
+            collect()
+            time.sleep(0.005)
+        collect()
+        self.assertEqual(len(at_b), len(to_b), "frames from c lost or duplicated")
+        self.assertTrue(at_b == to_b, "frames from c reordered or corrupted")
+        st = self.h.stats()
+        dropped = Harness.delta(self.before, st, "a", "no_destination")
+        self.assertEqual(len(at_c) + dropped, len(to_c), "frames to c unaccounted for: %s" %
+                         vltest.fmt_stats(st))
+        it = iter(to_c)
+        self.assertTrue(all(f in it for f in at_c), "frames to c reordered, duplicated or corrupted")
+        self.assertGreater(len(at_c), 0, "no frame reached c")
+        _log("to c: %d sent, %d arrived, %d dropped while paused; from c: %d" %
+             (len(to_c), len(at_c), dropped, len(to_b)))
+        self.assertGreaterEqual(len(logs), 3)
+        m, b = st["c"]["migration"], self.before["c"]["migration"]
+        self.assertGreater(m["dirty_pages_logged"], b["dirty_pages_logged"])
+        self.assertEqual(m["dirty_log_out_of_range"], b["dirty_log_out_of_range"])
+        # Only the last log (and the guest memory) still mapped.
+        self.assertEqual(self.h.guest_maps()[0], self.h.base_maps[0] + 2)
+        for log in logs:
+            self.assertTrue(log.outside_untouched(), "bytes outside a log written")
+            log.close()
+
+    def test_07_log_truncated_under_the_switch(self):
+        """The front-end shrinks the log's memfd after SET_LOG_BASE: the switch's next mark
+        would raise SIGBUS. The switch survives and closes that connection."""
+        for direction in ("rx", "tx"):
+            g = self.mig_guest()
+            g.rx.post()
+            self.h.learn(g, MAC_C)
+            log = DirtyLogFd(log_bytes_for(self.mem_end(g)))
+            self.set_log(g, log)
+            self.log_all(g, True)
+            log.mm.close()
+            log.mm = None
+            os.ftruncate(log.fd, 0)
+            if direction == "rx":
+                self.h.a.tx.send_frame(frame(MAC_C, MAC_A, b"marks a truncated log"))
+            else:
+                g.tx.send_frame(frame(MAC_B, MAC_C, b"marks a truncated log"), wait=False)
+            self.assertClosed(g, 5, "whose dirty log was truncated (%s)" % direction)
+            self.assertTrue(self.h.alive(), "the switch died:\n" + self.h.tb.switch.output()[-3000:])
+            log.close()
+            g.close()
+            self.h.wait_ports_settled()
 
 
 def main():
