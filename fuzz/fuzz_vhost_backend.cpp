@@ -7,7 +7,8 @@
 //             L, else a u32 header size follows), L payload bytes, u8 fd count (% 10) and
 //             per fd u8 kind + u32 parameter (see make_fd); one sendmsg.
 //   1 RAW     u16 length, bytes: written as they are (partial headers, garbage).
-//   2 RUN     u8 rounds of the datapath: TX chains popped, their frames delivered to RX.
+//   2 RUN     u8 rounds of the datapath: TX chains popped, their frames delivered to RX
+//             (split or packed rings, as negotiated).
 //   3 POKE    u8 memfd, u32 offset, u16 length, bytes: the front-end writes its memory
 //             (rings, descriptors, headers) between messages.
 //   4 CLOSE   the front-end closes and a new one connects.
@@ -117,7 +118,7 @@ class Harness {
     }
     for (uint32_t i = 0; i < kNumVrings; ++i) {
       const Vring& v = backend_.vring(i);
-      if (v.ready && !v.q.attached()) die("ready vring not attached");
+      if (v.ready && !(v.packed ? v.pq.attached() : v.q.attached())) die("ready vring not attached");
     }
   }
 
@@ -235,31 +236,43 @@ class Harness {
     const uint32_t hdr_len = net_hdr_len(backend_.features());
     const bool mrg = has(backend_.features(), kNetFMrgRxbuf);
     for (uint32_t r = 0; r < rounds; ++r) {
-      if (txv.ready && !txv.q.broken()) {
-        DeviceQueue& q = txv.q;
-        const int n = q.pending();
-        arena_.clear();
-        for (int i = 0; i < n && i < 32 && arena_.has_room_for_chain(); ++i) {
-          Chain c;
-          const PopStatus st = q.pop<false>(arena_, &c);
-          if (st != PopStatus::kOk) continue;
-          TxFrame f;
-          if (split_tx_chain(arena_, c, hdr_len, &f) && f.len <= sizeof frame_) {
-            gather_copy(frame_, &arena_.segs[f.seg_begin], f.nsegs, 0, f.len);
-            if (rxv.ready && !rxv.q.broken()) {
-              Segment s{frame_, f.len};
-              const DeliverStatus ds = deliver_frame(rxv.q, scratch_, f.hdr, hdr_len, &s, 1, f.len, mrg);
-              if (ds == DeliverStatus::kBadRing) rxv.q.mark_broken();
-              if (ds == DeliverStatus::kOk) ++delivered;
-            }
-          }
-          q.push_used(c.head, 0);
-        }
-        q.publish_used();
-        q.set_kicks(true);
+      // Both rings take the layout the features chose (VIRTIO_F_RING_PACKED or not).
+      const bool rx_up = rxv.ready && rxv.packed == txv.packed;
+      if (txv.packed) {
+        if (txv.ready) round(txv.pq, rx_up ? &rxv.pq : nullptr, hdr_len, mrg);
+        else if (rx_up && !rxv.pq.broken()) rxv.pq.publish_used();
+      } else {
+        if (txv.ready) round(txv.q, rx_up ? &rxv.q : nullptr, hdr_len, mrg);
+        else if (rx_up && !rxv.q.broken()) rxv.q.publish_used();
       }
-      if (rxv.ready && !rxv.q.broken()) rxv.q.publish_used();
     }
+  }
+
+  /// One pass of the datapath over a split or packed ring pair.
+  template <class Q>
+  void round(Q& q, Q* rq, uint32_t hdr_len, bool mrg) {
+    if (!q.broken()) {
+      arena_.clear();
+      for (int i = 0; i < 32 && q.has_avail() && arena_.has_room_for_chain(); ++i) {
+        Chain c;
+        const PopStatus st = q.template pop<false>(arena_, &c);
+        if (st != PopStatus::kOk) continue;
+        TxFrame f;
+        if (split_tx_chain(arena_, c, hdr_len, &f) && f.len <= sizeof frame_) {
+          gather_copy(frame_, &arena_.segs[f.seg_begin], f.nsegs, 0, f.len);
+          if (rq && !rq->broken()) {
+            Segment s{frame_, f.len};
+            const DeliverStatus ds = deliver_frame(*rq, scratch_, f.hdr, hdr_len, &s, 1, f.len, mrg);
+            if (ds == DeliverStatus::kBadRing) rq->mark_broken();
+            if (ds == DeliverStatus::kOk) ++delivered;
+          }
+        }
+        q.push_used(c.head, 0, c.ring_descs);
+      }
+      q.publish_used();
+      q.set_kicks(true);
+    }
+    if (rq && !rq->broken()) rq->publish_used();
   }
 
  private:

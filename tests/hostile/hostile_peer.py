@@ -653,12 +653,12 @@ class Harness:
     """The switch, the healthy pair (Python front-ends on a and b) and the checks made
     after every scenario."""
 
-    def __init__(self, name, ports=("a", "b", "c", "d"), healthy=True, extra=()):
+    def __init__(self, name, ports=("a", "b", "c", "d"), healthy=True, extra=(), pmd_cores=None):
         self.tb = vltest.Testbed(_Named(name))
         try:
             # VL_HOSTILE_SWITCH_ARGS: extra switch options for exploring, e.g. "--pmd-mode interrupt".
             self.tb.start_switch(ports=list(ports), forward="bridge",
-                                 pmd_cores=os.environ.get("VL_HOSTILE_PMD_CORES", "1"),
+                                 pmd_cores=pmd_cores or os.environ.get("VL_HOSTILE_PMD_CORES", "1"),
                                  extra=list(extra) + os.environ.get("VL_HOSTILE_SWITCH_ARGS", "").split())
             self.pid = self.tb.switch.pid
             self.hostile_ports = [p for p in ports if p not in ("a", "b")]
@@ -844,11 +844,12 @@ class HostileCase(unittest.TestCase):
     PORTS = ("a", "b", "c", "d")
     HEALTHY = True
     SWITCH_ARGS = ()
+    PMD_CORES = None  # --pmd-cores (default: VL_HOSTILE_PMD_CORES or "1")
     h = None
 
     @classmethod
     def setUpClass(cls):
-        cls.h = Harness(cls.__name__, cls.PORTS, cls.HEALTHY, cls.SWITCH_ARGS)
+        cls.h = Harness(cls.__name__, cls.PORTS, cls.HEALTHY, cls.SWITCH_ARGS, cls.PMD_CORES)
 
     @classmethod
     def tearDownClass(cls):
@@ -872,6 +873,16 @@ class HostileCase(unittest.TestCase):
         d = Harness.delta(before or self.before, st, port, key)
         self.assertEqual(d, n, "%s.%s moved by %d, expected %d: %s" % (port, key, d, n,
                                                                        vltest.fmt_stats(st)))
+
+    def assertSameFrames(self, got, want, what):
+        """got == want, reported by counts and the first difference (difflib on thousands
+        of frames takes seconds)."""
+        if got == want:
+            return
+        i = next((k for k, (x, y) in enumerate(zip(got, want)) if x != y), min(len(got), len(want)))
+        self.fail("%s: %d frames, %d expected; first difference at %d: %r != %r" % (
+            what, len(got), len(want), i, got[i][:24] if i < len(got) else None,
+            want[i][:24] if i < len(want) else None))
 
     def assertClosed(self, g, timeout=4.0, what=""):
         self.assertTrue(g.closed_by_peer(timeout), "the switch kept the connection %s" % what)
