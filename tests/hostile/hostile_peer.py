@@ -3008,6 +3008,54 @@ class Migration(HostileCase):
             g.close()
             self.h.wait_ports_settled()
 
+    def test_08_log_replaced_while_rings_are_broken(self):
+        """Both rings broken by the front-end (avail index jumps) while logging, then the log
+        replaced and LOG_ALL toggled: a broken ring keeps its queue (and the old log's
+        address) until restarted, so the old log must never be written again; once the
+        rings are restarted, frames flow and the new log is marked."""
+        g = self.mig_guest()
+        self.h.learn(g, MAC_C)
+        need = log_bytes_for(self.mem_end(g))
+        old, new = DirtyLogFd(need), DirtyLogFd(need)
+        try:
+            self.set_log(g, old)
+            self.log_all(g, True)
+            before = self.h.stats()
+            g.tx.publish((g.tx.avail_idx + 257) & 0xffff)
+            g.rx.post()
+            g.rx.publish((g.rx.avail_idx + 1000) & 0xffff)
+            self.h.a.tx.send_frame(frame(MAC_C, MAC_A, b"to a broken ring"))
+            self.h.wait_stats(lambda s: Harness.delta(before, s, "c", "ring_broken") == 2, 3,
+                              "both rings broken")
+            self.set_log(g, new)  # the old log is unmapped now
+            old.clear()
+            for on in (False, True, False, True):
+                self.log_all(g, on)
+            for i in range(4):
+                self.h.a.tx.send_frame(frame(MAC_C, MAC_A, b"still broken %d" % i))
+            self.assertTrue(self.h.a.tx.wait_done(3))
+            time.sleep(0.1)
+            self.assertFalse(any(old.mm[:]), "the replaced log was written")
+            self.assertTrue(old.outside_untouched() and new.outside_untouched())
+            # Restart both rings where they are: traffic flows, the new log is marked.
+            g.tx.publish()
+            g.rx.publish()
+            for i, q in ((TX, g.tx), (RX, g.rx)):
+                base = struct.unpack("<II", g.request(GET_VRING_BASE, struct.pack("<II", i, 0),
+                                                      reply=True))[1]
+                self.assertEqual(g.state(SET_VRING_BASE, i, base), 0)
+                self.assertEqual(g.vring_fd(SET_VRING_KICK, i, g.kick[i]), 0)
+            g.rx.take()
+            new.clear()
+            self.assertEqual(self.h.exchange(self.h.a, MAC_A, g, MAC_C), 8)
+            self.assertEqual(self.h.exchange(g, MAC_C, self.h.b, MAC_B), 8)
+            self.assertTrue(new.bit(g.rx.used) and new.bit(g.tx.used) and new.bit(g.rx.buf_of[0]))
+            self.assertFalse(any(old.mm[:]), "the replaced log was written")
+        finally:
+            g.close()
+            old.close()
+            new.close()
+
 
 def main():
     vltest.main(default_timeout=170)
