@@ -107,6 +107,8 @@ bool load_port(const toml::table& t, port::VhostPortConfig* c, std::string* flus
       auto b = v.value<bool>();
       if (!b) { *err = "'offloads' must be true or false"; return false; }
       c->offloads = *b;
+    } else if (key == "max_queues") {
+      if (!get_int<uint32_t>(v, "max_queues", 1, 8, &c->max_queues, err)) return false;
     } else {
       *err = fmt::format("unknown port key '{}'", key);
       return false;
@@ -148,6 +150,11 @@ bool load_toml(const std::string& file, SwitchConfig* out, std::string* err) {
       auto m = parse_pmd_mode(s);
       if (!m) { *err = fmt::format("pmd_mode '{}' (poll, interrupt or adaptive)", s); return false; }
       cfg.pmd.mode = *m;
+    } else if (key == "pmd_rxq_assign") {
+      if (!get_str(v, "pmd_rxq_assign", &s, err)) return false;
+      if (s == "roundrobin") cfg.pmd.rxq_assign = dp::RxqAssign::kRoundRobin;
+      else if (s == "cycles") cfg.pmd.rxq_assign = dp::RxqAssign::kCycles;
+      else { *err = fmt::format("pmd_rxq_assign '{}' (roundrobin or cycles)", s); return false; }
     } else if (key == "pmd_idle_us") {
       if (!get_int<uint32_t>(v, "pmd_idle_us", 1, 10000000, &cfg.pmd.idle_us, err)) return false;
     } else if (key == "flush") {
@@ -255,6 +262,10 @@ bool validate(const SwitchConfig& cfg, std::string* err) {
       *err = fmt::format("link {} {}: a port can be in one link only, with another port", a, b);
       return false;
     }
+  }
+  if (cfg.pmd_cores.size() > dp::kMaxPmdThreads) {
+    *err = fmt::format("{} PMD cores: at most {} PMD threads", cfg.pmd_cores.size(), dp::kMaxPmdThreads);
+    return false;
   }
   if (!cfg.pmd_cores.empty()) {
     cpu_set_t allowed;

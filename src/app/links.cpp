@@ -162,6 +162,11 @@ void LinkManager::establish(Link& l) {
   // link it had).
   if (virtio::has(be.features(), virtio::kFLogAll))
     return set_switched(l, fmt::format("port {} is being migrated (dirty logging on)", name(l.a)));
+  for (uint32_t v = vhost::kNumVrings; v < be.num_vrings(); ++v) {
+    if (be.vring(v).ready)  // a direct link serves queue pair 0 only
+      return set_switched(l, fmt::format("port {} uses several queue pairs, which direct links "
+                                         "do not serve yet", name(l.a)));
+  }
   if (!pb.backend().connected())
     return set_switched(l, fmt::format("port {} is not connected", name(l.b)));
   const int cfd = pb.backend().link_channel_fd();

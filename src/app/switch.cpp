@@ -60,7 +60,7 @@ bool Switch::setup(std::string* err) {
     tables_.xc_peer[i] = i + 1;
     tables_.xc_peer[i + 1] = i;
   }
-  pmds_->assign_round_robin(tables_.nports);
+  // rxqs are assigned to PMD threads as their queues become ready (PmdSet::reassign).
   std::string perr;
   tables_.set_flush(port::kMaxPorts, *dp::parse_flush_policy(cfg_.flush, &perr));  // validated
   for (uint32_t i = 0; i < cfg_.ports.size(); ++i) {
@@ -105,6 +105,15 @@ bool Switch::setup(std::string* err) {
   });
   ctl_.add("pmd-stats", [this](const control::Json&, control::Json* r, std::string*) {
     *r = pmd_stats();
+    return true;
+  });
+  ctl_.add("pmd-rebalance", [this](const control::Json&, control::Json* r, std::string*) {
+    pmds_->reassign(true);
+    *r = pmd_rxq_show();
+    return true;
+  });
+  ctl_.add("pmd-rxq-show", [this](const control::Json&, control::Json* r, std::string*) {
+    *r = pmd_rxq_show();
     return true;
   });
   ctl_.add("set-flush", [this](const control::Json& a, control::Json* r, std::string* e) {
@@ -284,8 +293,55 @@ control::Json Switch::stats() const {
                        {"dirty_log_out_of_range",
                         p.backend().log_stats().out_of_range.load(std::memory_order_relaxed)}}}});
     add_queue_age(i, &ports.back());
+    add_queues(i, &ports.back());
   }
   return {{"ports", ports}};
+}
+
+void Switch::add_queues(uint32_t port, control::Json* out) const {
+  const port::VhostPort& p = *ports_[port];
+  const vhost::Backend& b = p.backend();
+  const port::PortDp& d = p.dp();
+  control::Json qs = control::Json::array();
+  for (uint32_t q = 0; q < b.queue_pairs(); ++q) {
+    const vhost::Vring& rx = b.vring(vhost::rx_vring(q));
+    const vhost::Vring& tx = b.vring(vhost::tx_vring(q));
+    // Show queue pairs the front-end set up (pair 0 always).
+    if (q > 0 && !rx.num && !tx.num) continue;
+    uint64_t rxp = 0, rxb = 0, txp = 0, txb = 0, nobuf = 0;
+    for (const auto& t : pmds_->threads()) {
+      const port::QueueCounters& c = t->forwarder().queue_counters(port, q);
+      rxp += c.rx_packets.load(std::memory_order_relaxed);
+      rxb += c.rx_bytes.load(std::memory_order_relaxed);
+      txp += c.tx_packets.load(std::memory_order_relaxed);
+      txb += c.tx_bytes.load(std::memory_order_relaxed);
+      nobuf += c.no_rx_buffer.load(std::memory_order_relaxed);
+    }
+    const port::QueueShared& rs = p.rx_shared(q);
+    const port::QueueShared& ts = p.tx_shared(q);
+    const dp::PmdThread* owner = pmds_->owner_of(port, q);
+    qs.push_back({{"queue", q},
+                  {"enabled", rx.enabled || tx.enabled},
+                  {"rx_enabled", rx.enabled},
+                  {"tx_enabled", tx.enabled},
+                  {"rx_ready", rx.ready},  // the guest's receive queue: we deliver into it
+                  {"tx_ready", tx.ready},  // the guest's transmit queue: a PMD thread polls it
+                  {"pmd", owner ? static_cast<int>(owner->index()) : -1},
+                  {"rx_packets", rxp},
+                  {"rx_bytes", rxb},
+                  {"tx_packets", txp},
+                  {"tx_bytes", txb},
+                  {"no_rx_buffer", nobuf},
+                  {"rx_shared_by_threads", q < port::kMaxQueuePairs && d.rx_ready > 0 &&
+                                               d.rx_ready < pmds_->threads().size()},
+                  {"rx_lock_batches", rs.batches.load(std::memory_order_relaxed)},
+                  {"rx_lock_contended", rs.contended.load(std::memory_order_relaxed)},
+                  {"concurrent_entries", rs.concurrent.load(std::memory_order_relaxed) +
+                                             ts.concurrent.load(std::memory_order_relaxed)},
+                  {"last_rx_thread", static_cast<int>(rs.last_thread.load(std::memory_order_relaxed))},
+                  {"last_tx_thread", static_cast<int>(ts.last_thread.load(std::memory_order_relaxed))}});
+  }
+  (*out)["queues"] = qs;
 }
 
 void Switch::add_queue_age(uint32_t port, control::Json* out) const {
@@ -340,10 +396,13 @@ control::Json Switch::ports_info() const {
     const port::VhostPort& p = *ports_[i];
     const vhost::Backend& b = p.backend();
     control::Json vrings = control::Json::array();
-    for (uint32_t v = 0; v < vhost::kNumVrings; ++v) {
+    for (uint32_t v = 0; v < b.num_vrings(); ++v) {
       const vhost::Vring& r = b.vring(v);
+      if (v >= vhost::kNumVrings && !r.num) continue;  // pairs beyond the first, unused
       vrings.push_back({{"index", v},
-                        {"role", v == vhost::kRxVring ? "guest-rx" : "guest-tx"},
+                        {"queue", v / 2},
+                        {"enabled", r.enabled},
+                        {"role", v % 2 == 0 ? "guest-rx" : "guest-tx"},
                         {"size", r.num},
                         {"layout", r.packed ? "packed" : "split"},
                         {"ready", r.ready},
@@ -364,6 +423,7 @@ control::Json Switch::ports_info() const {
                    {"protocol_features", hex(b.protocol_features())},
                    {"mapped_bytes", b.memory() ? b.memory()->mapped_bytes() : 0},
                    {"pmd", pmds_->owner_of(i) ? static_cast<int>(pmds_->owner_of(i)->index()) : -1},
+                   {"queue_pairs", b.queue_pairs()},
                    {"direct_link", links_.role(i)},
                    {"vrings", vrings}});
   }
@@ -414,22 +474,56 @@ control::Json Switch::pmd_stats() const {
   control::Json out = control::Json::array();
   for (const auto& t : pmds_->threads()) {
     control::Json names = control::Json::array();
-    for (uint32_t p : t->ports()) names.push_back(ports_[p]->config().name);
+    control::Json rxqs = control::Json::array();
+    uint64_t total = 0;
+    for (const dp::RxqId& q : t->rxqs())
+      total += pmds_->load(q.port, q.queue).cycles.load(std::memory_order_relaxed);
+    for (const dp::RxqId& q : t->rxqs()) {
+      const std::string& name = ports_[q.port]->config().name;
+      names.push_back(name);
+      const dp::RxqLoad& l = pmds_->load(q.port, q.queue);
+      const uint64_t c = l.cycles.load(std::memory_order_relaxed);
+      rxqs.push_back({{"port", name},
+                      {"queue", q.queue},
+                      {"packets", l.packets.load(std::memory_order_relaxed)},
+                      {"cycles", c},
+                      {"cycles_share", total ? static_cast<double>(c) / static_cast<double>(total) : 0.0}});
+    }
+    const uint64_t elapsed = t->elapsed_cycles();
     out.push_back({{"pmd", t->index()},
                    {"cpu", t->cpu()},
                    {"mode", dp::pmd_mode_name(cfg_.pmd.mode)},
+                   {"rxq_assign", dp::rxq_assign_name(pmds_->assign_mode())},
                    {"passes", t->passes()},
                    {"busy_passes", t->busy_passes()},
                    {"sleeps", t->sleeps()},
                    {"packets", t->packets()},
                    {"busy_cycles", t->busy_cycles()},
+                   {"elapsed_cycles", elapsed},
+                   {"busy_pct", elapsed ? 100.0 * static_cast<double>(t->busy_cycles()) /
+                                              static_cast<double>(elapsed)
+                                        : 0.0},
                    {"cycles_per_packet", t->packets() ? static_cast<double>(t->busy_cycles()) /
                                                             static_cast<double>(t->packets())
                                                       : 0.0},
                    {"rxqs", names},
+                   {"rxq_loads", rxqs},
                    {"flush_check_gap_max_ns", t->forwarder().check_gap_max_ns()}});
   }
   return out;
+}
+
+control::Json Switch::pmd_rxq_show() const {
+  control::Json out = control::Json::array();
+  for (const auto& t : pmds_->threads()) {
+    control::Json rxqs = control::Json::array();
+    for (const dp::RxqId& q : t->rxqs())
+      rxqs.push_back({{"port", ports_[q.port]->config().name}, {"queue", q.queue}});
+    out.push_back({{"pmd", t->index()}, {"cpu", t->cpu()}, {"rxqs", rxqs}});
+  }
+  return {{"assign", dp::rxq_assign_name(pmds_->assign_mode())},
+          {"reassignments", pmds_->reassignments()},
+          {"pmds", out}};
 }
 
 }  // namespace vl::app

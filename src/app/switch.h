@@ -37,6 +37,8 @@ class Switch {
   bool fdb_info(const control::Json& args, control::Json* out, std::string* err) const;
   static constexpr size_t kFdbShown = 1000;
   control::Json pmd_stats() const;
+  /// `ctl pmd-rxq-show` (and the reply of `ctl pmd-rebalance`): each thread's rxqs.
+  control::Json pmd_rxq_show() const;
 
  private:
   bool setup(std::string* err);
@@ -48,6 +50,9 @@ class Switch {
   port::CounterSnapshot sum_counters(uint32_t port) const;
   /// Adds queue_age_max_ns and queue_age_histogram of output `port` to its stats object.
   void add_queue_age(uint32_t port, control::Json* out) const;
+  /// Adds "queues": per queue pair enabled/ready flags, counters, lock and self-check
+  /// counters of `port` to its stats object.
+  void add_queues(uint32_t port, control::Json* out) const;
   /// `ctl set-flush PORT|all POLICY`.
   bool set_flush(const control::Json& args, control::Json* result, std::string* err);
 

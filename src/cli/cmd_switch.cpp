@@ -41,6 +41,13 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
   s->add_option("--max-guest-memory", a.max_guest_memory_gib,
                 "GiB of guest memory one front-end may map (1024)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 16));
+  s->add_option("--max-queues", a.max_queues,
+                "queue pairs each port offers (VIRTIO_NET_F_MQ, GET_QUEUE_NUM), 1..8 (8)")
+      ->check(CLI::Range(1, 8));
+  s->add_option("--pmd-rxq-assign", a.pmd_rxq_assign,
+                "how rxqs (port, queue pair) go to PMD threads: roundrobin (default) or cycles "
+                "(by measured load, like OVS pmd-rxq-assign=cycles)")
+      ->check(CLI::IsMember({"roundrobin", "cycles"}));
 }
 
 int run_switch(const SwitchArgs& a) {
@@ -60,6 +67,10 @@ int run_switch(const SwitchArgs& a) {
   }
   if (!a.offloads.empty())
     for (auto& p : cfg.ports) p.offloads = a.offloads == "on";
+  if (a.max_queues)
+    for (auto& p : cfg.ports) p.max_queues = a.max_queues;
+  if (!a.pmd_rxq_assign.empty())
+    cfg.pmd.rxq_assign = a.pmd_rxq_assign == "cycles" ? dp::RxqAssign::kCycles : dp::RxqAssign::kRoundRobin;
   if (!a.forward.empty()) cfg.forward = *app::parse_forward(a.forward);
   if (!a.pmd_cores.empty()) {
     auto c = parse_cpu_list(a.pmd_cores);

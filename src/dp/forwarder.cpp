@@ -16,18 +16,20 @@ namespace {
 constexpr uint64_t bit(uint32_t i) { return uint64_t{1} << i; }
 }  // namespace
 
-Forwarder::Forwarder(SwitchTables* t, uint64_t (*clock)()) : t_(t), clock_(clock) {
+Forwarder::Forwarder(SwitchTables* t, uint64_t (*clock)(), uint32_t thread)
+    : t_(t), clock_(clock), thread_(thread < port::kMaxPmdThreads ? thread : 0) {
   for (uint32_t i = 0; i < kPoolSlots; ++i) free_[i] = static_cast<uint16_t>(kPoolSlots - 1 - i);
   nfree_ = kPoolSlots;
   for (uint32_t i = 0; i < port::kMaxPorts; ++i) src_old_[i] = src_young_[i] = kNoSlot;
 }
 
-uint16_t Forwarder::take_slot(uint32_t in, uint16_t head, uint16_t ring_descs) {
+uint16_t Forwarder::take_slot(uint32_t in, uint32_t qi, uint16_t head, uint16_t ring_descs) {
   const uint16_t s = free_[--nfree_];
   Slot& sl = pool_[s];
   sl.head = head;
   sl.ring_descs = ring_descs;
   sl.src = static_cast<uint8_t>(in);
+  sl.sq = static_cast<uint8_t>(qi);
   sl.next_src = kNoSlot;
   sl.done = false;
   if (src_young_[in] == kNoSlot) src_old_[in] = s;
@@ -70,19 +72,19 @@ void Forwarder::flood(uint32_t in, uint16_t s) {
   if (!any) counters_[in].drop(Drop::kNoDestination);
 }
 
-uint32_t Forwarder::poll(uint32_t in) {
+uint32_t Forwarder::poll(uint32_t in, uint32_t qi) {
   port::VhostPort* p = t_->ports[in];
   if (!p->active()) return 0;
-  const port::PortDp& d = p->dp();
+  const port::QueuePairDp& qp = p->dp().qp[qi];
   // The ring layout is chosen once per burst: the loop is a template, no virtual call or
   // layout test per packet.
-  if (d.txq) return poll_queue(in, d.txq);
-  if (d.txq_packed) return poll_queue(in, d.txq_packed);
+  if (qp.txq) return poll_queue(in, qi, qp.txq, qp.tx_shared);
+  if (qp.txq_packed) return poll_queue(in, qi, qp.txq_packed, qp.tx_shared);
   return 0;
 }
 
 template <class Q>
-uint32_t Forwarder::poll_queue(uint32_t in, Q* q) {
+uint32_t Forwarder::poll_queue(uint32_t in, uint32_t qi, Q* q, port::QueueShared* sh) {
   port::VhostPort* p = t_->ports[in];
   const port::PortDp& d = p->dp();
   if (q->broken()) return 0;
@@ -103,6 +105,7 @@ uint32_t Forwarder::poll_queue(uint32_t in, Q* q) {
   if (nfree_ < n) [[unlikely]] flush_all();  // every slot is queued: deliver them all
   const uint64_t now = clock_();
   arena_.clear();
+  sh->enter(thread_);  // self-check: no other thread polls this queue (port.h QueueShared)
   uint32_t k = 0;
   uint32_t taken = 0;
   uint64_t bytes = 0;
@@ -119,7 +122,7 @@ uint32_t Forwarder::poll_queue(uint32_t in, Q* q) {
                    v != offload::TxCheck::kOk) [[unlikely]] {
           bad = v == offload::TxCheck::kBadCsum ? Drop::kBadCsum : Drop::kBadGso;
         }
-        const uint16_t s = take_slot(in, ch.head, ch.ring_descs);
+        const uint16_t s = take_slot(in, qi, ch.head, ch.ring_descs);
         if (bad != Drop::kCount) [[unlikely]] {
           c.drop(bad);
           complete(s);  // returned in turn, after the older chains (IN_ORDER)
@@ -148,10 +151,15 @@ uint32_t Forwarder::poll_queue(uint32_t in, Q* q) {
       case PopStatus::kBroken: more = false; break;
     }
   }
+  sh->leave();
   if (q->broken()) report_broken();
   PortCounters::add(c.rx_packets, taken);
   PortCounters::add(c.rx_bytes, bytes);
+  port::QueueCounters& qc = qcounters_[in][qi];
+  PortCounters::add(qc.rx_packets, taken);
+  PortCounters::add(qc.rx_bytes, bytes);
   senders_dirty_ |= bit(in);
+  dirty_q_[in] |= static_cast<uint8_t>(1u << qi);
 
   // Classify into the intermediate queues (immediate and full queues are delivered here).
   const uint32_t now_s = t_->now_s.load(std::memory_order_relaxed);
@@ -250,10 +258,13 @@ void Forwarder::retire(uint32_t src) {
   // The sender's queue is unchanged while we hold its chains (pmd.h).
   const port::PortDp& d = t_->ports[src]->dp();
   uint16_t s = src_old_[src];
+  uint32_t qs = 0;
   while (s != kNoSlot && pool_[s].done) {
     const Slot& sl = pool_[s];
-    if (d.txq) d.txq->push_used(sl.head, 0);
-    else if (d.txq_packed) d.txq_packed->push_used(sl.head, 0, sl.ring_descs);
+    const port::QueuePairDp& qp = d.qp[sl.sq];
+    if (qp.txq) qp.txq->push_used(sl.head, 0);
+    else if (qp.txq_packed) qp.txq_packed->push_used(sl.head, 0, sl.ring_descs);
+    qs |= 1u << sl.sq;
     free_[nfree_++] = s;
     --live_from_[src];
     s = sl.next_src;
@@ -264,13 +275,19 @@ void Forwarder::retire(uint32_t src) {
     live_src_ &= ~bit(src);
   }
   senders_dirty_ |= bit(src);
+  dirty_q_[src] |= static_cast<uint8_t>(qs);
 }
 
 void Forwarder::publish_senders() {
   for (; senders_dirty_; senders_dirty_ &= senders_dirty_ - 1) {
-    const port::PortDp& d = t_->ports[std::countr_zero(senders_dirty_)]->dp();
-    if (d.txq) d.txq->publish_used();
-    else if (d.txq_packed) d.txq_packed->publish_used();
+    const uint32_t p = static_cast<uint32_t>(std::countr_zero(senders_dirty_));
+    const port::PortDp& d = t_->ports[p]->dp();
+    for (uint32_t m = dirty_q_[p]; m; m &= m - 1) {
+      const port::QueuePairDp& qp = d.qp[std::countr_zero(m)];
+      if (qp.txq) qp.txq->publish_used();
+      else if (qp.txq_packed) qp.txq_packed->publish_used();
+    }
+    dirty_q_[p] = 0;
   }
 }
 
@@ -279,11 +296,10 @@ void Forwarder::flush_port(uint32_t o, uint64_t prev_check_ns) {
   const uint32_t cnt = tq.n;
   port::VhostPort* op = t_->ports[o];
   const port::PortDp& od = op->dp();
-  const bool up = op->active() && (od.rxq ? !od.rxq->broken()
-                                          : od.rxq_packed && !od.rxq_packed->broken());
-  if (!up) {
-    tq.n = 0;
-    held_ &= ~bit(o);
+  const port::PortDp::RxTargets& tg = od.rx_for[thread_];
+  tq.n = 0;
+  held_ &= ~bit(o);
+  if (!op->active() || !tg.n) {
     for (uint32_t j = 0; j < cnt; ++j) {
       const uint16_t s = tq.slot[j];
       counters_[pool_[s].src].drop(Drop::kNoDestination);
@@ -295,25 +311,61 @@ void Forwarder::flush_port(uint32_t o, uint64_t prev_check_ns) {
   if (prev_check_ns && now > prev_check_ns &&
       now - prev_check_ns > gap_max_ns_.load(std::memory_order_relaxed))
     gap_max_ns_.store(now - prev_check_ns, std::memory_order_relaxed);
-  // The receive ring's layout is chosen once per queue delivered.
-  if (od.rxq) deliver_queue(o, od.rxq, now);
-  else deliver_queue(o, od.rxq_packed, now);
+  if (tg.n == 1) [[likely]] {
+    deliver_to(o, tg.q[0], tg.shared, tq.slot, cnt, now);
+  } else {
+    // Several candidate queues: group the frames by the queue their flow hash picks,
+    // keeping each group in order (so each flow stays in order), then one batch per queue.
+    uint8_t sel[kTxqCap];
+    uint32_t start[port::kMaxQueuePairs + 1] = {};
+    for (uint32_t j = 0; j < cnt; ++j) {
+      const Slot& sl = pool_[tq.slot[j]];
+      sel[j] = static_cast<uint8_t>(pick_queue(flow_hash(sl.segs, sl.nsegs, sl.len), tg.n));
+      ++start[sel[j] + 1];
+    }
+    for (uint32_t c = 0; c < tg.n; ++c) start[c + 1] += start[c];
+    uint16_t order[kTxqCap];
+    uint32_t fill[port::kMaxQueuePairs];
+    for (uint32_t c = 0; c < tg.n; ++c) fill[c] = start[c];
+    for (uint32_t j = 0; j < cnt; ++j) order[fill[sel[j]]++] = tq.slot[j];
+    for (uint32_t c = 0; c < tg.n; ++c) {
+      if (start[c + 1] > start[c])
+        deliver_to(o, tg.q[c], tg.shared, order + start[c], start[c + 1] - start[c], now);
+    }
+  }
+  for (uint32_t i = 0; i < cnt; ++i) unref(tq.slot[i]);
+}
+
+void Forwarder::deliver_to(uint32_t o, uint32_t qi, bool shared, const uint16_t* slots,
+                           uint32_t n, uint64_t now) {
+  const port::QueuePairDp& qp = t_->ports[o]->dp().qp[qi];
+  port::QueueShared* sh = qp.rx_shared;
+  if (shared) sh->lock_batch();  // once per batch, never per packet (port.h QueueShared)
+  sh->enter(thread_);
+  // The receive ring's layout is chosen once per batch.
+  if (qp.rxq && !qp.rxq->broken()) {
+    deliver_queue(o, qi, qp.rxq, slots, n, now);
+  } else if (qp.rxq_packed && !qp.rxq_packed->broken()) {
+    deliver_queue(o, qi, qp.rxq_packed, slots, n, now);
+  } else {
+    for (uint32_t j = 0; j < n; ++j) counters_[pool_[slots[j]].src].drop(Drop::kNoDestination);
+  }
+  sh->leave();
+  if (shared) sh->unlock_batch();
 }
 
 template <class Q>
-void Forwarder::deliver_queue(uint32_t o, Q* rq, uint64_t now) {
-  Txq& tq = txq_[o];
-  const uint32_t cnt = tq.n;
-  tq.n = 0;
-  held_ &= ~bit(o);
+void Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, const uint16_t* slots, uint32_t cnt,
+                              uint64_t now) {
   port::VhostPort* op = t_->ports[o];
   const port::PortDp& od = op->dp();
   PortCounters& oc = counters_[o];
+  port::QueueCounters& qc = qcounters_[o][qi];
   QueueAgeStats& age = age_[o];
-  uint64_t sent = 0, bytes = 0;
+  uint64_t sent = 0, bytes = 0, nobuf = 0;
   uint32_t j = 0;
   for (; j < cnt; ++j) {
-    const Slot& sl = pool_[tq.slot[j]];
+    const Slot& sl = pool_[slots[j]];
     age.add(now > sl.t_ns ? now - sl.t_ns : 0);
     const offload::Outcome st =
         soft_.deliver(*rq, scratch_, sl.hdr, sl.segs, sl.nsegs, sl.len, od, oc);
@@ -322,6 +374,7 @@ void Forwarder::deliver_queue(uint32_t o, Q* rq, uint64_t now) {
       bytes += sl.len;
     } else if (st == offload::Outcome::kNoBuffer) {
       oc.drop(Drop::kNoRxBuffer);
+      ++nobuf;
     } else if (st == offload::Outcome::kTooBig) {
       oc.drop(Drop::kTooBig);
     } else if (st == offload::Outcome::kBadGso) {
@@ -335,8 +388,10 @@ void Forwarder::deliver_queue(uint32_t o, Q* rq, uint64_t now) {
   }
   PortCounters::add(oc.tx_packets, sent);
   PortCounters::add(oc.tx_bytes, bytes);
+  PortCounters::add(qc.tx_packets, sent);
+  PortCounters::add(qc.tx_bytes, bytes);
+  if (nobuf) PortCounters::add(qc.no_rx_buffer, nobuf);
   rq->publish_used();
-  for (uint32_t i = 0; i < cnt; ++i) unref(tq.slot[i]);
 }
 
 }  // namespace vl::dp

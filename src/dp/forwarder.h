@@ -23,6 +23,10 @@
 //
 // Threads: a Forwarder belongs to one PMD thread; nothing in it is shared (no locks), except
 // the counters and queue-age statistics the control thread reads (relaxed atomics).
+// Multiqueue (port/port.h PortDp): the thread polls rxqs (port, queue pair); a chain goes
+// back to the transmit queue it came from; an output queue is delivered into the guest
+// receive queues PortDp::rx_for[thread] names, spread by flow hash (dp/flow_hash.h) when
+// there are several; a receive queue other threads also write is locked once per batch.
 // Quiescence (dp/pmd.h): frames held across passes point into their sender's memory and
 // will be written into their receiver's rings, so the PMD thread calls release_paused()
 // right after each quiescent point; it delivers every queue if a port involved has paused.
@@ -30,6 +34,7 @@
 #include <cstdint>
 
 #include "dp/fdb.h"
+#include "dp/flow_hash.h"
 #include "dp/flush.h"
 #include "offload/deliver.h"
 #include "port/port.h"
@@ -76,13 +81,14 @@ struct SwitchTables {
 
 class Forwarder {
  public:
-  /// `clock`: ns of a monotonic clock (tests pass a fake one).
-  explicit Forwarder(SwitchTables* t, uint64_t (*clock)() = &tsc_now_ns);
+  /// `clock`: ns of a monotonic clock (tests pass a fake one). `thread`: the PMD thread's
+  /// index (0..kMaxPmdThreads-1), which selects PortDp::rx_for.
+  explicit Forwarder(SwitchTables* t, uint64_t (*clock)() = &tsc_now_ns, uint32_t thread = 0);
   Forwarder(const Forwarder&) = delete;
 
-  /// Drains up to one burst from port `in`'s transmit queue and forwards it.
-  /// Returns the number of descriptor chains taken from the queue.
-  uint32_t poll(uint32_t in);
+  /// Drains up to one burst from rxq (`in`, `queue`): the transmit queue of port `in`'s
+  /// queue pair `queue`, and forwards it. Returns the number of descriptor chains taken.
+  uint32_t poll(uint32_t in, uint32_t queue = 0);
 
   /// End of a poll loop: delivers the held queues whose time has come (interval, budget).
   void end_pass() {
@@ -99,6 +105,10 @@ class Forwarder {
 
   /// Counters of `port` as seen by this thread.
   const port::PortCounters& counters(uint32_t port) const { return counters_[port]; }
+  /// Counters of queue pair `q` of `port` as seen by this thread.
+  const port::QueueCounters& queue_counters(uint32_t port, uint32_t q) const {
+    return qcounters_[port][q];
+  }
   /// Queue ages of output `port` as seen by this thread.
   const QueueAgeStats& queue_age(uint32_t port) const { return age_[port]; }
   /// Longest time (ns) between a deadline check and the delivery, at the next check, of a
@@ -118,6 +128,7 @@ class Forwarder {
     uint16_t ring_descs;  ///< packed: ring slots the chain took
     uint16_t next_src;    ///< the sender's next younger slot, or kNoSlot (retire order)
     uint8_t src;     ///< the sender's port
+    uint8_t sq;      ///< the sender's queue pair
     uint8_t refs;    ///< queues holding it, +1 while its burst is classified
     bool done;       ///< every queue it sat in was delivered; waits for older slots
     virtio::NetHdr hdr;  ///< its virtio-net header (offloads), checked on arrival
@@ -134,11 +145,15 @@ class Forwarder {
 
   static constexpr uint16_t kNoSlot = 0xffff;
   template <class Q>
-  uint32_t poll_queue(uint32_t in, Q* q);
+  uint32_t poll_queue(uint32_t in, uint32_t qi, Q* q, port::QueueShared* sh);
+  /// Delivers `n` slots into guest receive queue `qi` of port `o` (locked when `shared`).
+  void deliver_to(uint32_t o, uint32_t qi, bool shared, const uint16_t* slots, uint32_t n,
+                  uint64_t now);
   template <class Q>
-  void deliver_queue(uint32_t o, Q* rq, uint64_t now);
-  /// Takes a free slot for a chain just popped from `in` (appended to its retire order).
-  uint16_t take_slot(uint32_t in, uint16_t head, uint16_t ring_descs);
+  void deliver_queue(uint32_t o, uint32_t qi, Q* rq, const uint16_t* slots, uint32_t n, uint64_t now);
+  /// Takes a free slot for a chain just popped from (`in`, `qi`) (appended to `in`'s retire
+  /// order: one order per port, whose sub-order per queue is each queue's order).
+  uint16_t take_slot(uint32_t in, uint32_t qi, uint16_t head, uint16_t ring_descs);
   /// Returns the sender's done chains, oldest first, up to its first slot still queued.
   void retire(uint32_t src);
   void enqueue(uint32_t out, uint16_t s);
@@ -155,6 +170,7 @@ class Forwarder {
 
   SwitchTables* t_;
   uint64_t (*clock_)();
+  uint32_t thread_;
   virtio::SegmentArena arena_;    // segments of the frames taken in this burst
   virtio::SegmentArena scratch_;  // segments of the receive buffers being filled
   offload::SoftOffload soft_;     // offload metadata across ports; checksums, TSO in software
@@ -167,6 +183,7 @@ class Forwarder {
   uint64_t burst_out_ = 0;        // outputs that got frames in this burst
   uint64_t must_flush_ = 0;       // outputs with a frame that cannot be held (too many segments)
   uint64_t senders_dirty_ = 0;    // ports whose transmit queue has unpublished used entries
+  uint8_t dirty_q_[port::kMaxPorts] = {};  // per such port: which queue pairs
   uint32_t live_from_[port::kMaxPorts] = {};  // slots in use per sender
   uint16_t src_old_[port::kMaxPorts];         // per sender: oldest slot in use, or kNoSlot
   uint16_t src_young_[port::kMaxPorts];       // per sender: youngest slot in use
@@ -176,6 +193,7 @@ class Forwarder {
   CheckGapEstimator gap_;
   std::atomic<uint64_t> gap_max_ns_{0};
   port::PortCounters counters_[port::kMaxPorts];
+  port::QueueCounters qcounters_[port::kMaxPorts][port::kMaxQueuePairs];
   QueueAgeStats age_[port::kMaxPorts];
 };
 

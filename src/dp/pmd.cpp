@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -13,6 +14,10 @@
 #include "util/log.h"
 
 namespace vl::dp {
+
+const char* rxq_assign_name(RxqAssign a) {
+  return a == RxqAssign::kCycles ? "cycles" : "roundrobin";
+}
 
 const char* pmd_mode_name(PmdMode m) {
   switch (m) {
@@ -32,8 +37,10 @@ uint64_t now_ns() {
 constexpr uint64_t kWakeKey = 0xffffffffffffffffull;
 }  // namespace
 
-PmdThread::PmdThread(uint32_t index, int cpu, SwitchTables* t, PmdOptions opts)
-    : index_(index), cpu_(cpu), t_(t), opts_(opts), fw_(std::make_unique<Forwarder>(t)) {
+PmdThread::PmdThread(uint32_t index, int cpu, SwitchTables* t, PmdOptions opts,
+                     RxqLoad (*load)[port::kMaxQueuePairs])
+    : index_(index), cpu_(cpu), t_(t), opts_(opts),
+      fw_(std::make_unique<Forwarder>(t, &tsc_now_ns, index)), load_(load) {
   epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
   wake_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   epoll_event ev{};
@@ -69,6 +76,43 @@ void PmdThread::stop() {
 
 void PmdThread::wake() { eventfd_write(wake_.get(), 1); }
 
+uint64_t PmdThread::post_rxqs(const std::vector<RxqId>& l) {
+  assigned_ = l;
+  uint64_t g;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    npending_ = 0;
+    for (const RxqId& q : l)
+      if (npending_ < kMaxRxqs) pending_[npending_++] = q;
+    g = posted_gen_.load(std::memory_order_relaxed) + 1;
+    posted_gen_.store(g, std::memory_order_release);
+    if (!thread_.joinable()) {  // not running: takes effect now
+      std::copy(pending_, pending_ + npending_, rxqs_);
+      nrxqs_ = npending_;
+      seen_gen_ = g;
+      applied_gen_.store(g, std::memory_order_release);
+    }
+  }
+  wake();
+  return g;
+}
+
+void PmdThread::apply_rxqs() {
+  // Everything held goes out first: every chain taken from the rxqs being given up is back
+  // in its transmit queue's used ring before another thread may poll that queue.
+  fw_->flush_all();
+  std::lock_guard<std::mutex> lk(mu_);
+  std::copy(pending_, pending_ + npending_, rxqs_);
+  nrxqs_ = npending_;
+  seen_gen_ = posted_gen_.load(std::memory_order_relaxed);
+  applied_gen_.store(seen_gen_, std::memory_order_release);
+}
+
+uint64_t PmdThread::elapsed_cycles() const {
+  const uint64_t s = start_tsc_.load(std::memory_order_relaxed);
+  return s ? __builtin_ia32_rdtsc() - s : 0;
+}
+
 void PmdThread::interrupt() {
   if (thread_.joinable()) pthread_kill(thread_.native_handle(), kInterruptSignal);
 }
@@ -86,13 +130,13 @@ void PmdThread::check_stuck() {
   watchdog_passes_ = p;
 }
 
-void PmdThread::watch_kick(uint32_t port, int fd) {
+void PmdThread::watch_kick(RxqId q, int fd) {
   // Edge-triggered: every eventfd write by the front-end queues an event, so the kick
   // counter is never read here. Reading it would race with the control thread closing
   // the fd once this thread has been seen asleep.
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLET;
-  ev.data.u64 = port;
+  ev.data.u64 = uint64_t{q.port} << 8 | q.queue;
   epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
 }
 
@@ -105,10 +149,11 @@ bool PmdThread::try_sleep() {
   // Ask every queue for a kick, then look once more: a frame that arrived in between
   // would otherwise wait for the next kick.
   bool pending = false;
-  for (uint32_t p : ports_) {
-    port::VhostPort* vp = t_->ports[p];
+  if (posted_gen_.load(std::memory_order_acquire) != seen_gen_) return false;  // new rxqs
+  for (uint32_t i = 0; i < nrxqs_; ++i) {
+    port::VhostPort* vp = t_->ports[rxqs_[i].port];
     if (!vp->active()) continue;
-    const port::PortDp& d = vp->dp();
+    const port::QueuePairDp& d = vp->dp().qp[rxqs_[i].queue];
     if (!d.has_txq() || d.txq_broken()) continue;
     if (d.kickless) {  // nothing would wake us for this queue: keep polling
       pending = true;
@@ -138,14 +183,19 @@ void PmdThread::run() {
     if (rc != 0) spdlog::warn("pmd {}: cannot pin to cpu {}: {}", index_, cpu_, strerror(rc));
   }
   pthread_setname_np(pthread_self(), fmt::format("vl-pmd{}", index_).c_str());
-  spdlog::info("pmd {}: {} mode on cpu {}, {} port(s)", index_, pmd_mode_name(opts_.mode),
-               cpu_ >= 0 ? std::to_string(cpu_) : std::string("any"), ports_.size());
+  spdlog::info("pmd {}: {} mode on cpu {}, {} rxq(s)", index_, pmd_mode_name(opts_.mode),
+               cpu_ >= 0 ? std::to_string(cpu_) : std::string("any"), nrxqs_);
+  start_tsc_.store(__builtin_ia32_rdtsc(), std::memory_order_relaxed);
   uint64_t idle_since = 0;
   bool kicks_on = true;  // a ring starts with kicks enabled (used flags 0, avail_event 0)
   uint64_t seen_gen = 0;
   while (!stop_.load(std::memory_order_relaxed)) {
     passes_.fetch_add(1, std::memory_order_seq_cst);  // quiescent point (see pmd.h)
     if (fw_->holding()) fw_->release_paused();  // frames held across passes: pmd.h
+    if (posted_gen_.load(std::memory_order_acquire) != seen_gen_) [[unlikely]] {
+      apply_rxqs();  // a new rxq list (pmd.h: delivers everything first)
+      kicks_on = true;
+    }
     const uint64_t gen = t_->ports_gen.load(std::memory_order_relaxed);
     if (gen != seen_gen) {  // a port (re)started: its ring asks for kicks again
       seen_gen = gen;
@@ -153,7 +203,19 @@ void PmdThread::run() {
     }
     const uint64_t t0 = __builtin_ia32_rdtsc();
     uint32_t got = 0;
-    for (uint32_t p : ports_) got += fw_->poll(p);
+    uint64_t tprev = t0;
+    for (uint32_t i = 0; i < nrxqs_; ++i) {
+      const RxqId q = rxqs_[i];
+      const uint32_t n = fw_->poll(q.port, q.queue);
+      if (n) {  // one TSC read per non-empty burst: the rxq's cycles (for cycles assignment)
+        const uint64_t tn = __builtin_ia32_rdtsc();
+        RxqLoad& l = load_[q.port][q.queue];
+        l.cycles.store(l.cycles.load(std::memory_order_relaxed) + (tn - tprev), std::memory_order_relaxed);
+        l.packets.store(l.packets.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+        tprev = tn;
+        got += n;
+      }
+    }
     fw_->end_pass();  // held queues whose interval or budget is up
     if (got) {
       const uint64_t t1 = __builtin_ia32_rdtsc();
@@ -165,10 +227,10 @@ void PmdThread::run() {
     if (got || opts_.mode == PmdMode::kPoll) {
       idle_since = 0;
       if (kicks_on) {  // while polling, the driver need not kick (saves it a syscall a burst)
-        for (uint32_t p : ports_) {
-          port::VhostPort* vp = t_->ports[p];
-          if (vp->active() && vp->dp().has_txq() && !vp->dp().txq_broken())
-            vp->dp().txq_set_kicks(false);
+        for (uint32_t i = 0; i < nrxqs_; ++i) {
+          port::VhostPort* vp = t_->ports[rxqs_[i].port];
+          const port::QueuePairDp& d = vp->dp().qp[rxqs_[i].queue];
+          if (vp->active() && d.has_txq() && !d.txq_broken()) d.txq_set_kicks(false);
         }
         kicks_on = false;
       }
@@ -195,24 +257,138 @@ void PmdThread::run() {
   exited_.store(true, std::memory_order_release);
 }
 
-PmdSet::PmdSet(SwitchTables* t, const std::vector<int>& cpus, PmdOptions opts) : tables_(t) {
+PmdSet::PmdSet(SwitchTables* t, const std::vector<int>& cpus, PmdOptions opts)
+    : tables_(t), opts_(opts) {
+  for (auto& row : owner_) for (int& o : row) o = -1;
+  for (auto& row : kick_fd_) for (int& f : row) f = -1;
   if (cpus.empty()) {
-    threads_.push_back(std::make_unique<PmdThread>(0, -1, t, opts));
+    threads_.push_back(std::make_unique<PmdThread>(0, -1, t, opts, load_));
   } else {
-    for (size_t i = 0; i < cpus.size(); ++i)
-      threads_.push_back(std::make_unique<PmdThread>(static_cast<uint32_t>(i), cpus[i], t, opts));
+    for (size_t i = 0; i < cpus.size() && i < kMaxPmdThreads; ++i)
+      threads_.push_back(
+          std::make_unique<PmdThread>(static_cast<uint32_t>(i), cpus[i], t, opts, load_));
   }
 }
 
-void PmdSet::assign_round_robin(uint32_t nports) {
-  for (uint32_t p = 0; p < nports; ++p) threads_[p % threads_.size()]->assign(p);
+PmdThread* PmdSet::owner_of(uint32_t port, uint32_t queue) const {
+  if (port >= port::kMaxPorts || queue >= port::kMaxQueuePairs) return nullptr;
+  const int o = owner_[port][queue];
+  return o >= 0 ? threads_[o].get() : nullptr;
 }
 
-PmdThread* PmdSet::owner_of(uint32_t port) const {
-  for (auto& t : threads_) {
-    for (uint32_t p : t->ports()) if (p == port) return t.get();
+std::vector<RxqId> PmdSet::current_rxqs() const {
+  std::vector<RxqId> out;
+  for (uint32_t p = 0; p < tables_->nports; ++p) {
+    const port::PortDp& d = tables_->ports[p]->dp();
+    for (uint32_t q = 0; q < d.nqp; ++q)
+      if (d.qp[q].has_txq()) out.push_back({static_cast<uint8_t>(p), static_cast<uint8_t>(q)});
   }
-  return nullptr;
+  return out;
+}
+
+std::vector<std::vector<RxqId>> PmdSet::plan(const std::vector<RxqId>& rxqs) {
+  const size_t n = threads_.size();
+  std::vector<std::vector<RxqId>> out(n);
+  if (opts_.rxq_assign == RxqAssign::kRoundRobin) {
+    for (size_t i = 0; i < rxqs.size(); ++i) out[i % n].push_back(rxqs[i]);
+    return out;
+  }
+  // cycles (OVS pmd-rxq-assign=cycles): busiest rxq first, each to the least loaded thread
+  // (ties: fewer rxqs, then the lower index); rxqs never measured keep (port, queue) order.
+  std::vector<std::pair<uint64_t, RxqId>> by_load;
+  for (const RxqId& q : rxqs) {
+    const RxqLoad& l = load_[q.port][q.queue];
+    const uint64_t c = l.cycles.load(std::memory_order_relaxed);
+    by_load.push_back({c > l.cycles_mark ? c - l.cycles_mark : 0, q});
+  }
+  std::stable_sort(by_load.begin(), by_load.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<uint64_t> sum(n, 0);
+  for (const auto& [c, q] : by_load) {
+    size_t best = 0;
+    for (size_t t = 1; t < n; ++t) {
+      if (sum[t] < sum[best] || (sum[t] == sum[best] && out[t].size() < out[best].size())) best = t;
+    }
+    sum[best] += c;
+    out[best].push_back(q);
+  }
+  return out;
+}
+
+void PmdSet::post_and_wait(const std::vector<std::vector<RxqId>>& lists) {
+  std::vector<uint64_t> want(threads_.size(), 0);
+  for (size_t i = 0; i < threads_.size(); ++i) {
+    if (lists[i] != threads_[i]->rxqs()) want[i] = threads_[i]->post_rxqs(lists[i]);
+  }
+  if (!running_) return;
+  for (size_t i = 0; i < threads_.size(); ++i) {
+    if (!want[i]) continue;
+    uint64_t next_interrupt = now_ns() + 10000000;
+    while (threads_[i]->applied() < want[i]) {
+      timespec ts{0, 5000};
+      nanosleep(&ts, nullptr);
+      if (now_ns() >= next_interrupt) {  // blocked on a call fd? (pmd.h "Watchdog")
+        threads_[i]->interrupt();
+        threads_[i]->wake();
+        next_interrupt = now_ns() + 10000000;
+      }
+    }
+  }
+}
+
+void PmdSet::reassign(bool force) {
+  const std::vector<RxqId> rxqs = current_rxqs();
+  if (!force) {
+    size_t assigned = 0;
+    bool same = true;
+    for (auto& t : threads_) {
+      assigned += t->rxqs().size();
+      for (const RxqId& q : t->rxqs())
+        if (std::find(rxqs.begin(), rxqs.end(), q) == rxqs.end()) same = false;
+    }
+    if (same && assigned == rxqs.size()) return;
+  }
+  const auto target = plan(rxqs);
+  const size_t n = threads_.size();
+  // Step 1: every thread keeps only what it keeps in the target (delivers all it holds).
+  std::vector<std::vector<RxqId>> keep(n);
+  for (size_t i = 0; i < n; ++i) {
+    for (const RxqId& q : threads_[i]->rxqs())
+      if (std::find(target[i].begin(), target[i].end(), q) != target[i].end()) keep[i].push_back(q);
+  }
+  post_and_wait(keep);
+  for (uint32_t p = 0; p < port::kMaxPorts; ++p) {
+    for (uint32_t q = 0; q < port::kMaxQueuePairs; ++q) {
+      const int o = owner_[p][q];
+      if (o < 0) continue;
+      const RxqId id{static_cast<uint8_t>(p), static_cast<uint8_t>(q)};
+      if (std::find(keep[o].begin(), keep[o].end(), id) != keep[o].end()) continue;
+      if (kick_fd_[p][q] >= 0) threads_[o]->unwatch_kick(kick_fd_[p][q]);
+      owner_[p][q] = -1;
+    }
+  }
+  // Step 2: the gains (no thread polls them any more).
+  post_and_wait(target);
+  for (size_t i = 0; i < n; ++i) {
+    for (const RxqId& q : target[i]) {
+      if (owner_[q.port][q.queue] == static_cast<int>(i)) continue;
+      owner_[q.port][q.queue] = static_cast<int>(i);
+      if (kick_fd_[q.port][q.queue] >= 0) threads_[i]->watch_kick(q, kick_fd_[q.port][q.queue]);
+    }
+  }
+  for (const RxqId& q : rxqs) {
+    RxqLoad& l = load_[q.port][q.queue];
+    l.cycles_mark = l.cycles.load(std::memory_order_relaxed);
+  }
+  ++reassignments_;
+  if (running_) {
+    std::string desc;
+    for (size_t i = 0; i < n; ++i) {
+      desc += fmt::format("{}pmd {}:", i ? "; " : "", i);
+      for (const RxqId& q : target[i]) desc += fmt::format(" {}/{}", tables_->ports[q.port]->config().name, q.queue);
+    }
+    VL_LOG_RL(spdlog::level::info, "rxq assignment ({}): {}", rxq_assign_name(opts_.rxq_assign), desc);
+  }
 }
 
 namespace {
@@ -275,13 +451,16 @@ void PmdSet::watchdog() {
 void PmdSet::ports_changed() {
   tables_->ports_gen.fetch_add(1, std::memory_order_relaxed);
   for (auto& t : threads_) t->wake();
+  reassign(false);
 }
 
-void PmdSet::set_kick_fd(uint32_t port, int old_fd, int new_fd) {
-  PmdThread* t = owner_of(port);
+void PmdSet::set_kick_fd(uint32_t port, uint32_t queue, int old_fd, int new_fd) {
+  if (port >= port::kMaxPorts || queue >= port::kMaxQueuePairs) return;
+  kick_fd_[port][queue] = new_fd;
+  PmdThread* t = owner_of(port, queue);
   if (!t) return;
   if (old_fd >= 0) t->unwatch_kick(old_fd);
-  if (new_fd >= 0) t->watch_kick(port, new_fd);
+  if (new_fd >= 0) t->watch_kick({static_cast<uint8_t>(port), static_cast<uint8_t>(queue)}, new_fd);
 }
 
 }  // namespace vl::dp

@@ -1,6 +1,23 @@
 #pragma once
-// PMD threads: each polls the transmit queues of the ports assigned to it and forwards
-// with its own Forwarder. Modes (INTERFACES.md --pmd-mode):
+// PMD threads: each polls the rxqs assigned to it, an rxq being (port, queue pair): the
+// guest's transmit queue of that pair, and forwards with its own Forwarder. Each rxq is
+// served by exactly one thread at a time.
+// Assignment (--pmd-rxq-assign, like OVS pmd-rxq-assign): `roundrobin` deals the rxqs, in
+// (port, queue) order, to the threads in turn; `cycles` sorts them by the TSC cycles they
+// took since the previous assignment (measured with one TSC read after each non-empty
+// burst: the cycles since the previous read in that pass, so an idle poll's few cycles go
+// to the next busy rxq) and gives each to the thread with the least load so far. The
+// assignment is recomputed when an rxq appears or disappears (a port's queue pair becomes
+// ready or not, PortDp) and on demand (`virtlink ctl pmd-rebalance`).
+// A change is safe with held frames (frames in intermediate queues point into their
+// sender's memory and their chains go back to the queue they came from, retire order):
+//   1. every thread that loses rxqs is posted its old list minus them; at its next
+//      quiescent point it delivers every intermediate queue (Forwarder::flush_all, which
+//      returns every chain it took to its sender) and only then switches lists and acks;
+//   2. once all have acked, threads that gain rxqs are posted their new list.
+// So no rxq is ever polled by two threads, and no chain crosses threads. Kick eventfds move
+// between the threads' epoll sets in the same two steps.
+// Modes (INTERFACES.md --pmd-mode):
 //   poll       busy-poll forever;
 //   interrupt  after an empty pass, enable kicks, re-check, and sleep in epoll on the kick
 //              eventfds (plus a wake-up eventfd for control changes);
@@ -24,6 +41,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +53,26 @@
 namespace vl::dp {
 
 enum class PmdMode : uint8_t { kPoll, kInterrupt, kAdaptive };
+enum class RxqAssign : uint8_t { kRoundRobin, kCycles };
+const char* rxq_assign_name(RxqAssign a);
+
+inline constexpr uint32_t kMaxPmdThreads = port::kMaxPmdThreads;
+
+/// One rxq: a port's queue pair, whose guest transmit queue a PMD thread polls.
+struct RxqId {
+  uint8_t port = 0;
+  uint8_t queue = 0;
+  bool operator==(const RxqId&) const = default;
+};
+/// Most rxqs of a switch.
+inline constexpr uint32_t kMaxRxqs = port::kMaxPorts * port::kMaxQueuePairs;
+
+/// Load of one rxq, written by the thread serving it (relaxed), read by the control thread.
+struct RxqLoad {
+  std::atomic<uint64_t> cycles{0};   ///< TSC cycles of its non-empty bursts
+  std::atomic<uint64_t> packets{0};  ///< chains taken
+  uint64_t cycles_mark = 0;          ///< control thread: `cycles` at the last assignment
+};
 
 /// The signal that interrupts a PMD thread blocked in a system call on a front-end's fd
 /// (its handler does nothing and is installed without SA_RESTART). SIGURG's default action
@@ -45,15 +83,25 @@ const char* pmd_mode_name(PmdMode m);
 struct PmdOptions {
   PmdMode mode = PmdMode::kPoll;
   uint32_t idle_us = 200;  ///< adaptive: idle time before sleeping (microseconds)
+  RxqAssign rxq_assign = RxqAssign::kRoundRobin;
 };
 
 class PmdThread {
  public:
-  PmdThread(uint32_t index, int cpu, SwitchTables* t, PmdOptions opts);
+  PmdThread(uint32_t index, int cpu, SwitchTables* t, PmdOptions opts, RxqLoad (*load)[port::kMaxQueuePairs]);
   ~PmdThread();
 
-  void assign(uint32_t port) { ports_.push_back(port); }
-  const std::vector<uint32_t>& ports() const { return ports_; }
+  /// The rxqs the control thread last gave this thread (its view; the thread switches to
+  /// them at its next quiescent point, see applied()).
+  const std::vector<RxqId>& rxqs() const { return assigned_; }
+  /// Gives the thread a new rxq list (control thread). Returns the generation to wait for
+  /// with applied(); before start() the list takes effect at once.
+  uint64_t post_rxqs(const std::vector<RxqId>& l);
+  /// The last posted generation the thread has switched to (it has delivered everything
+  /// it held before switching).
+  uint64_t applied() const { return applied_gen_.load(std::memory_order_acquire); }
+  /// TSC cycles since the thread started (for busy %), 0 before.
+  uint64_t elapsed_cycles() const;
   bool start(std::string* err);
   void stop();
 
@@ -72,7 +120,7 @@ class PmdThread {
   /// has not finished a pass since the previous call.
   void check_stuck();
   /// Adds/removes a kick eventfd to this thread's epoll set (control thread).
-  void watch_kick(uint32_t port, int fd);
+  void watch_kick(RxqId q, int fd);
   void unwatch_kick(int fd);
 
   /// Busy and idle passes, and sleeps, for pmd-stats.
@@ -86,13 +134,24 @@ class PmdThread {
  private:
   void run();
   bool try_sleep();
+  void apply_rxqs();
 
   uint32_t index_;
   int cpu_;
   SwitchTables* t_;
   PmdOptions opts_;
   std::unique_ptr<Forwarder> fw_;
-  std::vector<uint32_t> ports_;
+  RxqLoad (*load_)[port::kMaxQueuePairs];
+  std::vector<RxqId> assigned_;  ///< control thread's view
+  // Posted list (under mu_), and the thread's own copy (no allocation in the thread).
+  std::mutex mu_;
+  RxqId pending_[kMaxRxqs];
+  uint32_t npending_ = 0;
+  std::atomic<uint64_t> posted_gen_{0}, applied_gen_{0};
+  uint64_t seen_gen_ = 0;  ///< thread: last generation applied
+  RxqId rxqs_[kMaxRxqs];
+  uint32_t nrxqs_ = 0;
+  std::atomic<uint64_t> start_tsc_{0};
   std::thread thread_;
   UniqueFd epoll_, wake_;
   std::atomic<bool> stop_{false};
@@ -107,23 +166,43 @@ class PmdThread {
 class PmdSet final : public port::Quiescer {
  public:
   PmdSet(SwitchTables* t, const std::vector<int>& cpus, PmdOptions opts);
-  /// Assigns port rx (their transmit queues) round-robin over the threads.
-  void assign_round_robin(uint32_t nports);
   bool start(std::string* err);
   void stop();
   const std::vector<std::unique_ptr<PmdThread>>& threads() const { return threads_; }
-  PmdThread* owner_of(uint32_t port) const;
+  /// The thread serving rxq (port, queue), or null.
+  PmdThread* owner_of(uint32_t port, uint32_t queue = 0) const;
+  const RxqLoad& load(uint32_t port, uint32_t queue) const { return load_[port][queue]; }
+  RxqAssign assign_mode() const { return opts_.rxq_assign; }
+  /// Recomputes the assignment (roundrobin or cycles) over the rxqs that exist now and
+  /// moves rxqs between threads safely (see the top of this file). `force`: even if the
+  /// set of rxqs did not change (`ctl pmd-rebalance`). Control thread only.
+  void reassign(bool force);
+  /// Assignments made since start (for tests and pmd-stats).
+  uint64_t reassignments() const { return reassignments_; }
 
   void wait_quiescent() override;
   /// Called every second by the control thread: interrupts PMD threads stuck in a pass.
   void watchdog();
+  /// Also recomputes the assignment when the set of rxqs changed.
   void ports_changed() override;
-  void set_kick_fd(uint32_t port, int old_fd, int new_fd) override;
+  void set_kick_fd(uint32_t port, uint32_t queue, int old_fd, int new_fd) override;
+  uint32_t num_threads() const override { return static_cast<uint32_t>(threads_.size()); }
 
  private:
+  /// The rxqs that exist now (a ready guest transmit queue), in (port, queue) order.
+  std::vector<RxqId> current_rxqs() const;
+  std::vector<std::vector<RxqId>> plan(const std::vector<RxqId>& rxqs);
+  /// Posts `lists` to the threads whose list differs and waits until each has applied it.
+  void post_and_wait(const std::vector<std::vector<RxqId>>& lists);
+
   SwitchTables* tables_;
+  PmdOptions opts_;
   std::vector<std::unique_ptr<PmdThread>> threads_;
   bool running_ = false;
+  RxqLoad load_[port::kMaxPorts][port::kMaxQueuePairs];
+  int owner_[port::kMaxPorts][port::kMaxQueuePairs];    ///< thread index or -1
+  int kick_fd_[port::kMaxPorts][port::kMaxQueuePairs];  ///< registered kick fd or -1
+  uint64_t reassignments_ = 0;
 };
 
 }  // namespace vl::dp

@@ -70,19 +70,63 @@ struct PortCounters {
   }
 };
 
-/// What the datapath reads of a port. Rebuilt by the control thread while the port is
-/// paused; a PMD thread may use it only while `active` (acquire) is true.
-struct PortDp {
-  virtio::DeviceQueue* rxq = nullptr;  ///< the guest's receive queue (we fill it), or null
-  virtio::DeviceQueue* txq = nullptr;  ///< the guest's transmit queue (we drain it), or null
-  /// The same queues when the front-end negotiated VIRTIO_F_RING_PACKED (then rxq and txq
-  /// are null). The datapath picks the ring layout once per burst, not per packet.
+/// Most queue pairs of one port (vhost::kMaxQueuePairs) and most PMD threads of a switch.
+inline constexpr uint32_t kMaxQueuePairs = 8;
+inline constexpr uint32_t kMaxPmdThreads = 16;
+
+/// Counters of one queue pair of one port as seen by one PMD thread (single writer, relaxed
+/// reads by the control thread): rx = frames taken from the guest's transmit queue,
+/// tx = frames written into the guest's receive queue (the switch's view, INTERFACES.md).
+struct QueueCounters {
+  std::atomic<uint64_t> rx_packets{0}, rx_bytes{0}, tx_packets{0}, tx_bytes{0}, no_rx_buffer{0};
+};
+
+/// What every PMD thread shares about one virtqueue (lives in the port, survives resumes).
+/// - `lock`: taken once per delivered batch (never per packet) when more PMD threads than
+///   enabled guest receive queues write into this queue (PortDp::RxTargets::shared), like
+///   DPDK vhost's access_lock and OVS's dynamic txqs; `contended` counts the acquisitions
+///   that found it held.
+/// - `inside`/`concurrent`: a self-check. A thread entering the queue (one poll burst or one
+///   delivered batch) swaps its index+1 into `inside`; finding another thread there counts
+///   in `concurrent`, which must stay 0 (asserted by the tests). One atomic exchange per
+///   burst, not per packet.
+struct alignas(64) QueueShared {
+  std::atomic<uint32_t> lock{0};
+  std::atomic<uint32_t> inside{0};
+  std::atomic<uint32_t> last_thread{0xffffffff};  ///< PMD thread that last entered
+  std::atomic<uint64_t> concurrent{0};
+  std::atomic<uint64_t> contended{0};
+  std::atomic<uint64_t> batches{0};  ///< locked batches (shared queues only)
+
+  void enter(uint32_t thread) {
+    if (inside.exchange(thread + 1, std::memory_order_acq_rel) != 0) [[unlikely]]
+      concurrent.fetch_add(1, std::memory_order_relaxed);
+    last_thread.store(thread, std::memory_order_relaxed);
+  }
+  void leave() { inside.store(0, std::memory_order_release); }
+  void lock_batch() {
+    if (lock.exchange(1, std::memory_order_acquire) != 0) [[unlikely]] {
+      contended.fetch_add(1, std::memory_order_relaxed);
+      while (lock.load(std::memory_order_relaxed) != 0 ||
+             lock.exchange(1, std::memory_order_acquire) != 0)
+        __builtin_ia32_pause();
+    }
+    batches.store(batches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+  void unlock_batch() { lock.store(0, std::memory_order_release); }
+};
+
+/// One queue pair as the datapath sees it: the guest's receive queue (we fill it) and
+/// transmit queue (we drain it), each split or packed (VIRTIO_F_RING_PACKED; the datapath
+/// picks the layout once per burst), or null when the ring is not ready (not started,
+/// disabled by SET_VRING_ENABLE, broken...).
+struct QueuePairDp {
+  virtio::DeviceQueue* rxq = nullptr;
+  virtio::DeviceQueue* txq = nullptr;
   virtio::PackedDeviceQueue* rxq_packed = nullptr;
   virtio::PackedDeviceQueue* txq_packed = nullptr;
-  uint32_t hdr_len = 12;               ///< virtio-net header bytes on this port
-  bool mrg_rxbuf = false;              ///< mergeable receive buffers negotiated
-  uint64_t features = 0;               ///< negotiated virtio features (offloads: offload/)
-  uint32_t max_frame = virtio::kMaxFrameLen;  ///< largest frame deliverable (bytes)
+  QueueShared* rx_shared = nullptr;  ///< never null in a built PortDp
+  QueueShared* tx_shared = nullptr;
   /// The transmit queue has no kick fd (SET_VRING_KICK with the no-fd flag: the front-end
   /// never kicks, vhost-user.rst), so a PMD thread serving it must poll, never sleep.
   bool kickless = false;
@@ -91,6 +135,7 @@ struct PortDp {
   bool has_rxq() const { return rxq || rxq_packed; }
   /// The transmit queue stopped (a hostile or broken driver).
   bool txq_broken() const { return txq ? txq->broken() : txq_packed && txq_packed->broken(); }
+  bool rxq_broken() const { return rxq ? rxq->broken() : rxq_packed && rxq_packed->broken(); }
   /// Asks the driver to kick (or not) on its transmit queue (not per packet: per pass).
   void txq_set_kicks(bool on) const {
     if (txq) txq->set_kicks(on);
@@ -100,6 +145,61 @@ struct PortDp {
   int txq_pending() const { return txq ? txq->pending() : txq_packed ? txq_packed->pending() : 0; }
 };
 
+/// What the datapath reads of a port. Rebuilt by the control thread while the port is
+/// paused; a PMD thread may use it only while `active` (acquire) is true.
+///
+/// Multiqueue. The unit a PMD thread polls is an rxq: (port, queue pair), the guest's
+/// transmit queue of that pair (dp/pmd.h assigns rxqs to threads). Output into a port goes
+/// to its ready guest receive queues, chosen per PMD thread by rx_for[thread]:
+/// - at least as many ready receive queues as PMD threads: thread t writes only the queues
+///   at positions t, t+T, t+2T... of the ready list (each queue has one writer, no lock;
+///   like OVS XPS with static txqs);
+/// - fewer: thread t writes the one queue at position t mod E, which other threads also
+///   write (`shared`): QueueShared::lock is taken once per delivered batch.
+/// Within a thread's candidates a frame goes to the one its flow hash picks (dp/flow_hash.h,
+/// computed only when there are several). A disabled queue is never in the lists.
+struct PortDp {
+  struct RxTargets {
+    uint8_t n = 0;        ///< candidate queues (0: the port cannot receive)
+    bool shared = false;  ///< another thread writes the same queue: lock per batch
+    uint8_t q[kMaxQueuePairs] = {};
+  };
+  QueuePairDp qp[kMaxQueuePairs];
+  uint32_t nqp = 0;          ///< queue pairs offered (qp[nqp..] stay null)
+  uint32_t rx_ready = 0;     ///< ready guest receive queues
+  RxTargets rx_for[kMaxPmdThreads];
+  uint32_t hdr_len = 12;               ///< virtio-net header bytes on this port
+  bool mrg_rxbuf = false;              ///< mergeable receive buffers negotiated
+  uint64_t features = 0;               ///< negotiated virtio features (offloads: offload/)
+  uint32_t max_frame = virtio::kMaxFrameLen;  ///< largest frame deliverable (bytes)
+
+  bool has_rxq() const { return rx_ready != 0; }
+  bool has_txq() const {
+    for (uint32_t q = 0; q < nqp; ++q)
+      if (qp[q].has_txq()) return true;
+    return false;
+  }
+  /// Fills rx_for from the ready receive queues for `threads` PMD threads.
+  void build_rx_targets(uint32_t threads) {
+    uint8_t ready[kMaxQueuePairs];
+    uint32_t e = 0;
+    for (uint32_t q = 0; q < nqp; ++q)
+      if (qp[q].has_rxq()) ready[e++] = static_cast<uint8_t>(q);
+    rx_ready = e;
+    for (uint32_t t = 0; t < kMaxPmdThreads; ++t) {
+      RxTargets& r = rx_for[t];
+      r = RxTargets{};
+      if (!e || t >= threads) continue;
+      if (e >= threads) {
+        for (uint32_t j = t; j < e; j += threads) r.q[r.n++] = ready[j];
+      } else {
+        r.q[r.n++] = ready[t % e];
+        r.shared = true;
+      }
+    }
+  }
+};
+
 /// Waits until no PMD thread is inside a port's datapath (an RCU-style grace period).
 class Quiescer {
  public:
@@ -107,10 +207,13 @@ class Quiescer {
   virtual void wait_quiescent() = 0;
   /// Tells PMD threads that ports changed (wakes sleeping ones).
   virtual void ports_changed() = 0;
-  /// Moves the kick eventfd a sleeping PMD thread waits on for `port` from `old_fd` to
-  /// `new_fd` (-1: none). Called before the old fd is closed (epoll keys on the open file,
-  /// which the front-end still holds, so it must be removed while our fd number is valid).
-  virtual void set_kick_fd(uint32_t port, int old_fd, int new_fd) = 0;
+  /// Moves the kick eventfd a sleeping PMD thread waits on for rxq (`port`, `queue`) from
+  /// `old_fd` to `new_fd` (-1: none). Called before the old fd is closed (epoll keys on the
+  /// open file, which the front-end still holds, so it must be removed while our fd number
+  /// is valid).
+  virtual void set_kick_fd(uint32_t port, uint32_t queue, int old_fd, int new_fd) = 0;
+  /// PMD threads (1..kMaxPmdThreads): PortDp::build_rx_targets needs it.
+  virtual uint32_t num_threads() const = 0;
 };
 
 }  // namespace vl::port

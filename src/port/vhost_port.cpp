@@ -54,8 +54,12 @@ VhostPort::VhostPort(uint32_t id, VhostPortConfig cfg, Quiescer* q)
         if (!cfg_.mrg_rxbuf) o.features &= ~bit(kNetFMrgRxbuf);
         if (!cfg_.offloads) o.features &= ~vhost::kOffloadFeatures;
         o.max_mapped_bytes = cfg_.max_guest_memory;
+        o.queue_pairs = cfg_.max_queues;
         return o;
-      }()) {}
+      }()) {
+  static_assert(kMaxQueuePairs == vhost::kMaxQueuePairs);
+  for (int& f : kick_fd_) f = -1;
+}
 
 VhostPort::~VhostPort() { stop(); }
 
@@ -164,8 +168,9 @@ bool VhostPort::on_tick() {
     drop_connection("guest memory truncated");
     return true;
   }
-  if (backend_.connected() && (backend_.vring(vhost::kRxVring).call_blocked() ||
-                               backend_.vring(vhost::kTxVring).call_blocked())) {
+  bool blocked = false;
+  for (uint32_t v = 0; v < backend_.num_vrings(); ++v) blocked |= backend_.vring(v).call_blocked();
+  if (backend_.connected() && blocked) {
     // The front-end made its call fd block a PMD thread (every port on that thread stalled
     // until the watchdog interrupted it, dp/pmd.h). Only a hostile front-end can do that, and
     // it could do it again at once, so the port also refuses connections for a while.
@@ -217,9 +222,10 @@ void VhostPort::pause_datapath() {
   if (pause_depth_++ > 0) return;
   active_.store(false, std::memory_order_seq_cst);
   quiescer_->wait_quiescent();
-  if (kick_fd_ >= 0) {
-    quiescer_->set_kick_fd(id_, kick_fd_, -1);
-    kick_fd_ = -1;
+  for (uint32_t q = 0; q < kMaxQueuePairs; ++q) {
+    if (kick_fd_[q] < 0) continue;
+    quiescer_->set_kick_fd(id_, q, kick_fd_[q], -1);
+    kick_fd_[q] = -1;
   }
 }
 
@@ -231,25 +237,39 @@ uint32_t VhostPort::max_frame() const {
 
 void VhostPort::resume_datapath() {
   if (--pause_depth_ > 0) return;
-  const vhost::Vring& rx = backend_.vring(vhost::kRxVring);
-  const vhost::Vring& tx = backend_.vring(vhost::kTxVring);
   PortDp d;
-  auto& rxv = const_cast<vhost::Vring&>(rx);
-  auto& txv = const_cast<vhost::Vring&>(tx);
   const bool on = !linked_away_;  // linked away: a direct-link peer serves the rings
-  d.rxq = on && rx.ready && !rx.packed ? &rxv.q : nullptr;
-  d.txq = on && tx.ready && !tx.packed ? &txv.q : nullptr;
-  d.rxq_packed = on && rx.ready && rx.packed ? &rxv.pq : nullptr;
-  d.txq_packed = on && tx.ready && tx.packed ? &txv.pq : nullptr;
+  d.nqp = backend_.queue_pairs();
+  bool any = false;
+  for (uint32_t q = 0; q < d.nqp; ++q) {
+    auto& rx = const_cast<vhost::Vring&>(backend_.vring(vhost::rx_vring(q)));
+    auto& tx = const_cast<vhost::Vring&>(backend_.vring(vhost::tx_vring(q)));
+    QueuePairDp& p = d.qp[q];
+    p.rxq = on && rx.ready && !rx.packed ? &rx.q : nullptr;
+    p.txq = on && tx.ready && !tx.packed ? &tx.q : nullptr;
+    p.rxq_packed = on && rx.ready && rx.packed ? &rx.pq : nullptr;
+    p.txq_packed = on && tx.ready && tx.packed ? &tx.pq : nullptr;
+    p.rx_shared = &shared_[2 * q];
+    p.tx_shared = &shared_[2 * q + 1];
+    p.kickless = p.has_txq() && !tx.kick.valid();
+    any |= p.has_rxq() || p.has_txq();
+  }
+  for (uint32_t q = d.nqp; q < kMaxQueuePairs; ++q) {
+    d.qp[q].rx_shared = &shared_[2 * q];
+    d.qp[q].tx_shared = &shared_[2 * q + 1];
+  }
+  d.build_rx_targets(quiescer_->num_threads());
   d.hdr_len = net_hdr_len(backend_.features());
   d.mrg_rxbuf = has(backend_.features(), kNetFMrgRxbuf);
   d.features = backend_.features();
   d.max_frame = max_frame();
-  d.kickless = d.has_txq() && !tx.kick.valid();
   dp_ = d;
-  kick_fd_ = d.has_txq() ? tx.kick.get() : -1;
-  if (kick_fd_ >= 0) quiescer_->set_kick_fd(id_, -1, kick_fd_);
-  active_.store(d.has_rxq() || d.has_txq(), std::memory_order_seq_cst);
+  for (uint32_t q = 0; q < d.nqp; ++q) {
+    const vhost::Vring& tx = backend_.vring(vhost::tx_vring(q));
+    kick_fd_[q] = d.qp[q].has_txq() ? tx.kick.get() : -1;
+    if (kick_fd_[q] >= 0) quiescer_->set_kick_fd(id_, q, -1, kick_fd_[q]);
+  }
+  active_.store(any, std::memory_order_seq_cst);
   quiescer_->ports_changed();
 }
 

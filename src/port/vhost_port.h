@@ -29,6 +29,8 @@ struct VhostPortConfig {
   std::string socket_group;     ///< group name or gid of the socket file; empty: ours
   bool mrg_rxbuf = true;        ///< offer VIRTIO_NET_F_MRG_RXBUF
   bool offloads = true;         ///< offer CSUM/GUEST_CSUM/TSO/ECN (offload::kOffloadFeatures)
+  /// Queue pairs offered (GET_QUEUE_NUM; VIRTIO_NET_F_MQ when above 1), 1..8.
+  uint32_t max_queues = 8;
   /// Most bytes of guest memory one connection may map (SET_MEM_TABLE beyond it is
   /// refused): bounds the address space a front-end can take.
   uint64_t max_guest_memory = uint64_t{1} << 40;
@@ -83,6 +85,9 @@ class VhostPort final : public vhost::DeviceHost {
   // ---- Datapath side ----
   bool active() const { return active_.load(std::memory_order_acquire); }
   const PortDp& dp() const { return dp_; }
+  /// Shared state (locks, self-checks) of queue pair q's guest receive / transmit queue.
+  const QueueShared& rx_shared(uint32_t q) const { return shared_[2 * q]; }
+  const QueueShared& tx_shared(uint32_t q) const { return shared_[2 * q + 1]; }
 
   // ---- Direct links (app/links.h) ----
   void set_link_hooks(LinkHooks* h) { link_hooks_ = h; }
@@ -121,7 +126,8 @@ class VhostPort final : public vhost::DeviceHost {
   UniqueFd listen_;
   std::atomic<bool> active_{false};
   PortDp dp_;
-  int kick_fd_ = -1;  ///< the transmit queue's kick fd registered with the PMD thread
+  int kick_fd_[kMaxQueuePairs];  ///< transmit queues' kick fds registered with PMD threads
+  QueueShared shared_[2 * kMaxQueuePairs];
   int pause_depth_ = 0;
   bool down_ = false;
   /// Seconds a port refuses connections after its front-end blocked the datapath.

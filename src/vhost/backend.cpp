@@ -75,11 +75,17 @@ BackendOptions BackendOptions::defaults() {
   o.features = bit(kFVersion1) | bit(kNetFMrgRxbuf) | bit(kRingFEventIdx) |
                bit(kRingFIndirectDesc) | bit(kNetFMtu) | bit(kFProtocolFeatures) |
                kOffloadFeatures | bit(kFRingPacked) | bit(kFInOrder) | bit(kFLogAll) |
-               bit(kNetFGuestAnnounce);
+               bit(kNetFGuestAnnounce) | bit(kNetFMq);
   o.protocol_features = bit(kProtoMq) | bit(kProtoReplyAck) | bit(kProtoMtu) | bit(kProtoRarp) |
                         bit(kProtoVlDirectLink) | bit(kProtoLogShmfd);
-  o.queue_pairs = 1;
+  o.queue_pairs = kMaxQueuePairs;
   return o;
+}
+
+Backend::Backend(DeviceHost* host, BackendOptions opts) : host_(host), opts_(opts) {
+  if (opts_.queue_pairs < 1) opts_.queue_pairs = 1;
+  if (opts_.queue_pairs > kMaxQueuePairs) opts_.queue_pairs = kMaxQueuePairs;
+  if (opts_.queue_pairs == 1) opts_.features &= ~bit(kNetFMq);
 }
 
 void Backend::attach(UniqueFd sock) {
@@ -156,7 +162,9 @@ bool Backend::dispatch(Message& m, std::string* why) {
 }
 
 bool Backend::vring_index(uint64_t raw, uint32_t* out, Reply& r) const {
-  if (raw >= kNumVrings) return fail(r, fmt::format("vring index {:#x} out of range", raw));
+  if (raw >= num_vrings())
+    return fail(r, fmt::format("vring index {:#x} out of range ({} queue pairs)", raw,
+                               opts_.queue_pairs));
   *out = static_cast<uint32_t>(raw);
   return true;
 }
@@ -444,7 +452,7 @@ void Backend::set_queue_log(uint32_t i) {
 }
 
 void Backend::restart_vring(uint32_t i, uint16_t base) {
-  if (i >= kNumVrings) return;
+  if (i >= num_vrings()) return;
   vrings_[i].base = base;
   vrings_[i].detach();
   refresh();
@@ -454,7 +462,7 @@ void Backend::refresh() {
   // vhost-user.rst "Ring states": without VHOST_USER_F_PROTOCOL_FEATURES rings start enabled;
   // with it, they stay disabled until SET_VRING_ENABLE.
   const bool enabled_by_default = !has(features_, kFProtocolFeatures);
-  for (uint32_t i = 0; i < kNumVrings; ++i) {
+  for (uint32_t i = 0; i < num_vrings(); ++i) {
     Vring& v = vrings_[i];
     v.ready = false;
     if (!mem_) v.why_not = "no memory table";

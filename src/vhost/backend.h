@@ -3,6 +3,14 @@
 // DPDK virtio-user, virtlink's own front-end) and keeps the device state the datapath
 // reads. QEMU docs/interop/vhost-user.rst is the reference for every message.
 //
+// Multiqueue (vhost-user.rst "Multiple queue support"; QEMU hw/virtio/vhost-user.c): with
+// VHOST_USER_PROTOCOL_F_MQ the front-end asks GET_QUEUE_NUM; QEMU with queues=N drives one
+// vhost_dev per queue pair over this one socket, so GET_FEATURES/SET_FEATURES and the
+// protocol-feature handshake arrive once per pair (always with the same value), while the
+// one-time requests (SET_OWNER, RESET_OWNER, SET_MEM_TABLE, GET_QUEUE_NUM, NET_SET_MTU) come
+// only from the first; the vring requests carry absolute vring indices (2q, 2q+1). Each ring
+// is enabled or disabled by SET_VRING_ENABLE on its own.
+//
 // Security model. The socket and everything it carries are untrusted. Every message goes
 // through one gate before its handler (see kSpecs in backend.cpp): version bits, a known
 // request, the exact payload size for that request, and no more fds than it may carry.
@@ -37,10 +45,22 @@ class DeviceHost {
   virtual void resume_datapath() = 0;
 };
 
-/// Vring numbers of a virtio-net device with one queue pair (virtio 1.2 §5.1.2).
-inline constexpr uint32_t kRxVring = 0;  ///< receiveq1: the device writes (switch -> guest)
-inline constexpr uint32_t kTxVring = 1;  ///< transmitq1: the device reads (guest -> switch)
+/// Vring numbers of a virtio-net device (virtio 1.2 §5.1.2): queue pair q is receiveqN at
+/// 2q (the device writes: switch -> guest) and transmitqN at 2q+1 (the device reads: guest
+/// -> switch). The control virtqueue (2N) stays in the front-end (QEMU, DPDK virtio-user
+/// emulate it): the back-end never sees it; a guest's `ethtool -L eth0 combined N`
+/// (VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET) reaches us as SET_VRING_ENABLE on the pairs' rings
+/// (QEMU hw/net/virtio-net.c peer_attach/peer_detach).
+inline constexpr uint32_t kRxVring = 0;  ///< receiveq1
+inline constexpr uint32_t kTxVring = 1;  ///< transmitq1
+/// Vrings of queue pair 0 (direct links, app/links.h, serve only this pair).
 inline constexpr uint32_t kNumVrings = 2;
+/// Most queue pairs a port may offer (VIRTIO_NET_F_MQ; GET_QUEUE_NUM answers the port's
+/// own maximum, BackendOptions::queue_pairs, 1..kMaxQueuePairs).
+inline constexpr uint32_t kMaxQueuePairs = 8;
+inline constexpr uint32_t kMaxVrings = 2 * kMaxQueuePairs;
+inline constexpr uint32_t rx_vring(uint32_t qp) { return 2 * qp; }
+inline constexpr uint32_t tx_vring(uint32_t qp) { return 2 * qp + 1; }
 
 /// One vring's control state plus the datapath queue.
 struct Vring {
@@ -83,20 +103,25 @@ inline constexpr uint64_t kOffloadFeatures =
 struct BackendOptions {
   uint64_t features = 0;            ///< virtio feature bits offered on GET_FEATURES
   uint64_t protocol_features = 0;   ///< offered on GET_PROTOCOL_FEATURES
-  uint32_t queue_pairs = 1;         ///< GET_QUEUE_NUM
+  /// Queue pairs offered (1..kMaxQueuePairs): GET_QUEUE_NUM answers it, vrings
+  /// 0..2*queue_pairs-1 exist, VIRTIO_NET_F_MQ is offered when it is above 1.
+  uint32_t queue_pairs = kMaxQueuePairs;
   /// Most bytes one memory table may map (page-rounded region sizes): a larger
   /// SET_MEM_TABLE is refused, so a front-end cannot take the address space other
   /// connections need (sparse memfds of terabytes cost it nothing).
   uint64_t max_mapped_bytes = uint64_t{1} << 40;
   /// The default offer: VERSION_1, MRG_RXBUF, EVENT_IDX, INDIRECT_DESC, RING_PACKED,
-  /// IN_ORDER, MTU, PROTOCOL_FEATURES, kOffloadFeatures, and for live migration LOG_ALL and
-  /// GUEST_ANNOUNCE; protocol MQ, REPLY_ACK, MTU, RARP, LOG_SHMFD.
+  /// IN_ORDER, MTU, PROTOCOL_FEATURES, MQ, kOffloadFeatures, and for live migration LOG_ALL
+  /// and GUEST_ANNOUNCE; protocol MQ, REPLY_ACK, MTU, RARP, LOG_SHMFD; kMaxQueuePairs queue
+  /// pairs.
   static BackendOptions defaults();
 };
 
 class Backend {
  public:
-  Backend(DeviceHost* host, BackendOptions opts) : host_(host), opts_(opts) {}
+  /// `opts.queue_pairs` is clamped to 1..kMaxQueuePairs; VIRTIO_NET_F_MQ is offered only
+  /// when it is above 1.
+  Backend(DeviceHost* host, BackendOptions opts);
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
 
@@ -138,6 +163,9 @@ class Backend {
   bool log_faulted() const { return log_ && log_->faulted(); }
   /// Dirty-log counters of this port, over all connections (stats JSON).
   const virtio::DirtyLogStats& log_stats() const { return log_stats_; }
+  /// Queue pairs offered (GET_QUEUE_NUM); vrings 0..2*queue_pairs()-1 exist.
+  uint32_t queue_pairs() const { return opts_.queue_pairs; }
+  uint32_t num_vrings() const { return 2 * opts_.queue_pairs; }
 
   // Handlers (public for the message table; called only through dispatch()).
   struct Reply;
@@ -192,7 +220,7 @@ class Backend {
 
  private:
   bool dispatch(Message& m, std::string* why);
-  /// Index of a vring from a u32 field; false if >= kNumVrings (all 32 bits checked).
+  /// Index of a vring from a u32 field; false if >= num_vrings() (all 32 bits checked).
   bool vring_index(uint64_t raw, uint32_t* out, Reply& r) const;
   /// Recomputes every vring's readiness and re-binds DeviceQueues (datapath paused).
   void refresh();
@@ -212,7 +240,7 @@ class Backend {
   bool features_set_ = false;
   uint64_t proto_features_ = 0;
   std::unique_ptr<virtio::GuestMemory> mem_;
-  Vring vrings_[kNumVrings];
+  Vring vrings_[kMaxVrings];
   uint32_t mtu_ = 0;
   uint8_t rarp_mac_[6] = {};
   bool rarp_mac_set_ = false;

@@ -916,10 +916,11 @@ def fresh_fd(kind):
 class Messages(HostileCase):
 
     def test_01_vring_index_out_of_range(self):
-        """Item 1: vring indices with valid low bits but upper bits set, or >= 2 queues."""
+        """Item 1: vring indices with valid low bits but upper bits set, or past the last queue
+        pair offered (8 pairs: vrings 0-15)."""
         g = self.h.guest("c")
         g.rx.post()
-        for idx in (0x10001, 0x10000, 2, 3, 0x80000000, 0xffffffff):
+        for idx in (0x10001, 0x10000, 16, 17, 0x80000000, 0xffffffff):
             for req, num in ((SET_VRING_NUM, 256), (SET_VRING_BASE, 0), (SET_VRING_ENABLE, 1),
                              (GET_VRING_BASE, 0)):
                 self.assertRefused(g.refused(req, struct.pack("<II", idx, num)),
@@ -927,7 +928,7 @@ class Messages(HostileCase):
             addr = struct.pack("<IIQQQQ", idx, 0, g.mem.uva(g.rx.desc), g.mem.uva(g.rx.used),
                                g.mem.uva(g.rx.avail), 0)
             self.assertRefused(g.refused(SET_VRING_ADDR, addr), "SET_VRING_ADDR %#x" % idx)
-        for v in (0x10001, 2, 0xff, 1 << 32, (1 << 32) | NOFD, 2 | NOFD, 0x200, 1 << 63):
+        for v in (0x10001, 16, 0xff, 1 << 32, (1 << 32) | NOFD, 16 | NOFD, 0x200, 1 << 63):
             for req in (SET_VRING_KICK, SET_VRING_CALL, SET_VRING_ERR):
                 fds = [] if v & NOFD else [eventfd()]
                 self.assertRefused(g.refused(req, struct.pack("<Q", v), fds),
@@ -1091,7 +1092,7 @@ class Messages(HostileCase):
                 os.close(fd)
         # Without REPLY_ACK a refused message closes the connection.
         g2 = self.h.connect("d")
-        g2.send(SET_VRING_NUM, struct.pack("<II", 7, 256))
+        g2.send(SET_VRING_NUM, struct.pack("<II", 17, 256))  # 8 pairs: vrings 0-15
         self.assertClosed(g2, what="after a refused message without REPLY_ACK")
         g.close()
         g2.close()
@@ -1118,9 +1119,9 @@ class Messages(HostileCase):
 
     def test_06_ring_enable_state(self):
         """Item 6: with PROTOCOL_FEATURES rings start disabled (nothing sent to them) until
-        SET_VRING_ENABLE; without it they start enabled. One queue pair."""
+        SET_VRING_ENABLE; without it they start enabled. One queue pair used (8 offered)."""
         g = self.h.guest("c", enable=False)
-        self.assertEqual(struct.unpack("<Q", g.request(GET_QUEUE_NUM, reply=True))[0], 1)
+        self.assertEqual(struct.unpack("<Q", g.request(GET_QUEUE_NUM, reply=True))[0], 8)
         info = self.h.ports()["c"]
         self.assertEqual([v["why_not"] for v in info["vrings"]], ["disabled", "disabled"])
         g.rx.post()

@@ -134,7 +134,7 @@ class BackendTest : public ::testing::Test {
     if (proto) {
       ASSERT_EQ(get_u64(Req::kGetProtocolFeatures), kOfferedProto);
       ASSERT_TRUE(plain(Req::kSetProtocolFeatures, kOfferedProto)) << why;
-      ASSERT_EQ(get_u64(Req::kGetQueueNum), 1u);
+      ASSERT_EQ(get_u64(Req::kGetQueueNum), kMaxQueuePairs);
     }
     ASSERT_TRUE(peer->send_empty(Req::kSetOwner));
     ASSERT_TRUE(pump()) << why;
@@ -355,7 +355,8 @@ TEST_F(BackendTest, DisconnectReleasesEverything) {
 TEST_F(BackendTest, VringIndexOutOfRangeIsRefused) {
   negotiate();
   const VringAddr good_addr = addr_of(1);
-  for (uint32_t idx : {2u, 0x10001u, 0x10000u, 0x80000000u, 0xffffffffu}) {
+  // kMaxVrings: the first index past the last queue pair offered.
+  for (uint32_t idx : {kMaxVrings, kMaxVrings + 1, 0x10001u, 0x10000u, 0x80000000u, 0xffffffffu}) {
     EXPECT_NE(acked(Req::kSetVringNum, VringState{idx, 64}), 0u) << idx;
     EXPECT_NE(acked(Req::kSetVringBase, VringState{idx, 0}), 0u) << idx;
     EXPECT_NE(acked(Req::kSetVringEnable, VringState{idx, 0}), 0u) << idx;
@@ -364,7 +365,7 @@ TEST_F(BackendTest, VringIndexOutOfRangeIsRefused) {
     a.index = idx;
     EXPECT_NE(acked(Req::kSetVringAddr, a), 0u) << idx;
   }
-  for (uint64_t v : std::initializer_list<uint64_t>{0x2ull, 0xffull, 0x10001ull, 0x100000000ull, 0x1ull << 63}) {
+  for (uint64_t v : std::initializer_list<uint64_t>{uint64_t{kMaxVrings}, 0xffull, 0x10001ull, 0x100000000ull, 0x1ull << 63}) {
     EXPECT_NE(acked(Req::kSetVringKick, v | kVringNoFd), 0u) << v;
     EXPECT_NE(acked(Req::kSetVringCall, v | kVringNoFd), 0u) << v;
     EXPECT_NE(acked(Req::kSetVringErr, v | kVringNoFd), 0u) << v;
@@ -378,7 +379,7 @@ TEST_F(BackendTest, VringIndexOutOfRangeIsRefused) {
 }
 
 TEST_F(BackendTest, VringIndexOutOfRangeWithoutReplyAckClosesTheConnection) {
-  for (uint32_t idx : {2u, 0x10001u}) {
+  for (uint32_t idx : {kMaxVrings, 0x10001u}) {
     reconnect();
     EXPECT_FALSE(plain(Req::kSetVringNum, VringState{idx, 64})) << idx;
     EXPECT_FALSE(why.empty());

@@ -449,7 +449,8 @@ class OffloadDeliverTest : public ::testing::Test {
   }
   port::PortDp dp(uint64_t features) {
     port::PortDp d;
-    d.rxq = &rxq;
+    d.nqp = 1;
+    d.qp[0].rxq = &rxq;
     d.features = features | bit(kFVersion1) | bit(kNetFMrgRxbuf);
     d.hdr_len = 12;
     d.mrg_rxbuf = true;
