@@ -15,7 +15,7 @@
 #   with `dpkg -x` into a scratch directory; it is never installed on the host.
 #
 # Needs (Debian 12 packages, see scripts/install-deps.sh): busybox-static cpio iperf3
-# iputils-ping iproute2, plus apt/dpkg/gzip/coreutils/util-linux; xz-utils for OUTDIR/vmlinux
+# iputils-ping iproute2 ethtool, plus apt/dpkg/gzip/coreutils/util-linux; xz-utils for OUTDIR/vmlinux
 # (without it only the slower bzImage boot is available). Run as root (device nodes in the
 # initramfs are created with mknod). Idempotent: prints "cached" and does nothing when
 # OUTDIR/vmlinuz and OUTDIR/initramfs.cpio.gz are newer than this script and init.sh.
@@ -34,8 +34,9 @@ OUTDIR=$(cd "$OUTDIR" && pwd)
 MODULES=(virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci
          failover net_failover virtio_net)
 # Dynamically linked host programs copied into the guest with their libraries
-# (ping: iputils, ip: iproute2, timeout: coreutils, so that `timeout N ping ...` runs iputils).
-PROGRAMS=(ping iperf3 ip timeout)
+# (ping: iputils, ip: iproute2, timeout: coreutils, so that `timeout N ping ...` runs iputils;
+# ethtool: `ethtool -L eth0 combined N` for the multiqueue test).
+PROGRAMS=(ping iperf3 ip timeout ethtool)
 
 log() { echo "build-guest: $*" >&2; }
 die() { echo "build-guest: error: $*" >&2; exit 1; }

@@ -27,6 +27,10 @@
 #   --incoming URI        start as a live-migration destination (-incoming, e.g. unix:PATH);
 #                         the other options must match the source's (same --name and --mac)
 #   --extra-net-args ARGS appended to -device virtio-net-pci (e.g. mrg_rxbuf=off,csum=off)
+#   --queues N            vhost-user multiqueue: -netdev ...,queues=N and -device ...,mq=on
+#                         (QEMU runs one vhost_dev per queue pair on the one socket; INTx
+#                         interrupts, vectors=0, are shared by all queues; the guest starts
+#                         with min(N, vCPUs) pairs, `ethtool -L eth0 combined K` changes it)
 #   --no-net              no NIC at all (smoke test of the image)
 #   --user-net            a virtio-net NIC on QEMU user networking (slirp) instead of vhost-user
 #                         (guest 10.0.2.15/24, host reachable as 10.0.2.2)
@@ -55,7 +59,7 @@ die() { echo "run-guest: error: $*" >&2; exit 2; }
 qesc() { printf '%s' "${1//,/,,}"; }
 
 NAME=vl0 SOCK='' SERVER=0 MAC='' IP='' MTU='' CMD='' KEEP=0 IPERF=0 MEM=256M SMP=1
-SERIAL_LOG='' SERIAL_SOCK='' PIDFILE='' EXTRA_NET='' NET=vhost ACCEL=auto APPEND='' DRY=0 BOOT='' LINKWAIT='' TAP='' QMP='' INCOMING=''
+QUEUES=1 SERIAL_LOG='' SERIAL_SOCK='' PIDFILE='' EXTRA_NET='' NET=vhost ACCEL=auto APPEND='' DRY=0 BOOT='' LINKWAIT='' TAP='' QMP='' INCOMING=''
 IMAGE_DIR=${VL_GUEST_DIR:-$REPO_ROOT/build/guest}
 
 while (($#)); do
@@ -82,6 +86,7 @@ while (($#)); do
     --qmp) QMP=$2; shift 2 ;;
     --incoming) INCOMING=$2; shift 2 ;;
     --extra-net-args) EXTRA_NET=$2; shift 2 ;;
+    --queues) QUEUES=$2; shift 2 ;;
     --no-net) NET=none; shift ;;
     --user-net) NET=user; shift ;;
     --tap) NET=tap TAP=$2; shift 2 ;;
@@ -178,8 +183,11 @@ case $NET in
     fi
     # vectors=0: QEMU 7.2 under TCG crashes in msix_set_vector_notifiers with MSI-X on a
     # vhost-user virtio-net device; legacy INTx avoids it.
-    QEMU+=(-netdev "vhost-user,chardev=chr0,id=net0"
-           -device "$DEV,vectors=0${EXTRA_NET:+,$EXTRA_NET}")
+    [[ $QUEUES =~ ^[1-8]$ ]] || die "--queues must be 1..8"
+    MQ=''
+    ((QUEUES > 1)) && MQ=",mq=on"
+    QEMU+=(-netdev "vhost-user,chardev=chr0,id=net0,queues=$QUEUES"
+           -device "$DEV,vectors=0$MQ${EXTRA_NET:+,$EXTRA_NET}")
     ;;
   user)
     QEMU+=(-netdev "user,id=net0" -device "$DEV${EXTRA_NET:+,$EXTRA_NET}")

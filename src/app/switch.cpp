@@ -306,8 +306,6 @@ void Switch::add_queues(uint32_t port, control::Json* out) const {
   for (uint32_t q = 0; q < b.queue_pairs(); ++q) {
     const vhost::Vring& rx = b.vring(vhost::rx_vring(q));
     const vhost::Vring& tx = b.vring(vhost::tx_vring(q));
-    // Show queue pairs the front-end set up (pair 0 always).
-    if (q > 0 && !rx.num && !tx.num) continue;
     uint64_t rxp = 0, rxb = 0, txp = 0, txb = 0, nobuf = 0;
     for (const auto& t : pmds_->threads()) {
       const port::QueueCounters& c = t->forwarder().queue_counters(port, q);
@@ -317,6 +315,9 @@ void Switch::add_queues(uint32_t port, control::Json* out) const {
       txb += c.tx_bytes.load(std::memory_order_relaxed);
       nobuf += c.no_rx_buffer.load(std::memory_order_relaxed);
     }
+    // Shown: pair 0, pairs the front-end set up, and pairs that ever carried traffic (the
+    // counters live as long as the switch, like the port's).
+    if (q > 0 && !rx.num && !tx.num && !rxp && !txp && !nobuf) continue;
     const port::QueueShared& rs = p.rx_shared(q);
     const port::QueueShared& ts = p.tx_shared(q);
     const dp::PmdThread* owner = pmds_->owner_of(port, q);
