@@ -109,7 +109,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   DeviceQueue q;
   ring.attach(q, gm, rxf);
   port::PortDp od;
-  od.rxq = &q;
+  od.nqp = 1;
+  od.qp[0].rxq = &q;
   od.hdr_len = net_hdr_len(rxf);
   od.mrg_rxbuf = has(rxf, kNetFMrgRxbuf);
   od.features = rxf;
