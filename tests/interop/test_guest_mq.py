@@ -49,7 +49,10 @@ class GuestMq(unittest.TestCase):
             tb.start_switch(ports=["vm1", "s1", "s2"], forward="bridge")
             g1 = tb.start_guest("g1", "vm1", IP1, mac=MAC1, extra=["--queues", "2"])
             vlguest.wait_all_ready([g1])
-            tb.wait_connected(["vm1"])
+            # Pair 0 ready (pair 1 is set up but may be disabled: the guest starts with
+            # min(2, vCPUs) = 1 pair).
+            vltest._wait(lambda: all(v["ready"] for v in tb.ports_info()["vm1"]["vrings"][:2]),
+                         20, "vm1 queue pair 0 ready", 0.2)
             info = tb.ports_info()["vm1"]
             log("vm1 vrings: %s" % json.dumps(info["vrings"]))
             self.assertIn("MQ", tb.switch_stats()["vm1"]["feature_names"])
