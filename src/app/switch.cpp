@@ -241,9 +241,10 @@ void Switch::announce(uint32_t port, const uint8_t mac[6]) {
   // multicast MACs are not learned, like on the datapath.
   const dp::Mac m = dp::mac_from_bytes(mac);
   const bool ok = !dp::mac_is_multicast(m) && fdb_.learn(m, port, tables_.now_s.load());
-  spdlog::info("port {}: SEND_RARP for {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}: {}",
-               ports_[port]->config().name, mac[0], mac[1], mac[2], mac[3], mac[4], mac[5],
-               ok ? "learned on this port" : "not learned");
+  // Rate-limited: a front-end can send SEND_RARP in a loop (a log line per wake-up).
+  VL_LOG_RL(spdlog::level::info, "port {}: SEND_RARP for {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}: {}",
+            ports_[port]->config().name, mac[0], mac[1], mac[2], mac[3], mac[4], mac[5],
+            ok ? "learned on this port" : "not learned");
 }
 
 void Switch::teardown() {

@@ -3057,6 +3057,26 @@ class Migration(HostileCase):
             old.close()
             new.close()
 
+    def test_09_send_rarp_flood(self):
+        """20000 SEND_RARPs of changing MACs (no reply asked, the way QEMU sends it): the
+        switch's log does not grow with them (rate-limited), the control socket answers,
+        the port stays within its MAC limit and the healthy pair's entries stay."""
+        g = self.h.guest("c", protocol=self.PROTO)
+        lines0 = len(self.h.tb.switch.output().splitlines())
+        msgs = b"".join(struct.pack("<III", SEND_RARP, VERSION, 8) +
+                        mac("02:00:%02x:%02x:%02x:01" % (i >> 16 & 255, i >> 8 & 255, i & 255)) + b"\0\0"
+                        for i in range(20000))
+        for k in range(0, len(msgs), 20 * 1000):
+            g.raw_bytes(msgs[k:k + 20 * 1000])
+        self.assertEqual(struct.unpack("<Q", g.request(GET_QUEUE_NUM, reply=True))[0] >= 1, True)
+        self.assertControlResponsive()
+        time.sleep(0.3)
+        grown = len(self.h.tb.switch.output().splitlines()) - lines0
+        self.assertLess(grown, 200, "the switch logged %d lines for a SEND_RARP flood" % grown)
+        fdb = {e["mac"]: e["port"] for e in self.h.ctl("fdb")}
+        self.assertEqual(fdb.get(mac_str(MAC_A)), "a")
+        self.assertEqual(fdb.get(mac_str(MAC_B)), "b")
+
 
 def main():
     vltest.main(default_timeout=170)
