@@ -116,7 +116,7 @@ class Harness {
     char buf[8192];
     while (recv(peer_, buf, sizeof buf, MSG_DONTWAIT) > 0) {
     }
-    for (uint32_t i = 0; i < kNumVrings; ++i) {
+    for (uint32_t i = 0; i < backend_.num_vrings(); ++i) {  // every queue pair
       const Vring& v = backend_.vring(i);
       if (v.ready && !(v.packed ? v.pq.attached() : v.q.attached())) die("ready vring not attached");
     }
