@@ -109,6 +109,10 @@ bool Backend::on_readable(std::string* why) {
     }
     ++messages_;
     if (!dispatch(chan_.message(), why)) return false;
+    // The owner takes a SEND_RARP (take_rarp) when this returns: stop here, or a second one
+    // in the same batch would overwrite it (the socket is polled level-triggered and the
+    // channel buffers nothing past the message, so the rest is read on the next call).
+    if (rarp_pending_) return true;
   }
   return true;
 }
