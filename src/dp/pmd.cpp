@@ -12,6 +12,7 @@
 
 #include "util/cpuset.h"
 #include "util/log.h"
+#include "util/stall_watchdog.h"
 
 namespace vl::dp {
 
@@ -286,21 +287,16 @@ std::vector<RxqId> PmdSet::current_rxqs() const {
   return out;
 }
 
-std::vector<std::vector<RxqId>> PmdSet::plan(const std::vector<RxqId>& rxqs) {
-  const size_t n = threads_.size();
+std::vector<std::vector<RxqId>> plan_rxq_assignment(RxqAssign mode, const std::vector<RxqId>& rxqs,
+                                                    const std::vector<uint64_t>& cycles,
+                                                    size_t n) {
   std::vector<std::vector<RxqId>> out(n);
-  if (opts_.rxq_assign == RxqAssign::kRoundRobin) {
+  if (mode == RxqAssign::kRoundRobin || cycles.size() != rxqs.size()) {
     for (size_t i = 0; i < rxqs.size(); ++i) out[i % n].push_back(rxqs[i]);
     return out;
   }
-  // cycles (OVS pmd-rxq-assign=cycles): busiest rxq first, each to the least loaded thread
-  // (ties: fewer rxqs, then the lower index); rxqs never measured keep (port, queue) order.
   std::vector<std::pair<uint64_t, RxqId>> by_load;
-  for (const RxqId& q : rxqs) {
-    const RxqLoad& l = load_[q.port][q.queue];
-    const uint64_t c = l.cycles.load(std::memory_order_relaxed);
-    by_load.push_back({c > l.cycles_mark ? c - l.cycles_mark : 0, q});
-  }
+  for (size_t i = 0; i < rxqs.size(); ++i) by_load.push_back({cycles[i], rxqs[i]});
   std::stable_sort(by_load.begin(), by_load.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<uint64_t> sum(n, 0);
@@ -313,6 +309,18 @@ std::vector<std::vector<RxqId>> PmdSet::plan(const std::vector<RxqId>& rxqs) {
     out[best].push_back(q);
   }
   return out;
+}
+
+std::vector<std::vector<RxqId>> PmdSet::plan(const std::vector<RxqId>& rxqs) {
+  std::vector<uint64_t> cycles;
+  if (opts_.rxq_assign == RxqAssign::kCycles) {
+    for (const RxqId& q : rxqs) {
+      const RxqLoad& l = load_[q.port][q.queue];
+      const uint64_t c = l.cycles.load(std::memory_order_relaxed);
+      cycles.push_back(c > l.cycles_mark ? c - l.cycles_mark : 0);
+    }
+  }
+  return plan_rxq_assignment(opts_.rxq_assign, rxqs, cycles, threads_.size());
 }
 
 void PmdSet::post_and_wait(const std::vector<std::vector<RxqId>>& lists) {
@@ -391,17 +399,9 @@ void PmdSet::reassign(bool force) {
   }
 }
 
-namespace {
-void on_interrupt_signal(int) {}  // only makes a blocked system call return EINTR
-}  // namespace
-
 bool PmdSet::start(std::string* err) {
   // No SA_RESTART: a write a PMD thread is blocked in fails with EINTR (see pmd.h).
-  struct sigaction sa {};
-  sa.sa_handler = on_interrupt_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;
-  sigaction(kInterruptSignal, &sa, nullptr);
+  install_interrupt_handler(kInterruptSignal);
   calibrate_tsc_ns();  // the clock of the intermediate queues (dp/flush.h)
   for (auto& t : threads_) {
     if (!t->start(err)) return false;

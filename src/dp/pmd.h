@@ -67,6 +67,16 @@ struct RxqId {
 /// Most rxqs of a switch.
 inline constexpr uint32_t kMaxRxqs = port::kMaxPorts * port::kMaxQueuePairs;
 
+/// The rxq assignment (--pmd-rxq-assign): `rxqs` in (port, queue) order and `cycles[i]`, the
+/// TSC cycles rxq i took since the previous assignment (cycles mode only; may be empty for
+/// roundrobin). Returns one list per thread (nthreads >= 1). roundrobin: rxq i to thread
+/// i % nthreads. cycles (OVS pmd-rxq-assign=cycles): busiest first, each to the least
+/// loaded thread so far (ties: fewer rxqs, then the lower index); equal loads keep
+/// (port, queue) order.
+std::vector<std::vector<RxqId>> plan_rxq_assignment(RxqAssign mode, const std::vector<RxqId>& rxqs,
+                                                    const std::vector<uint64_t>& cycles,
+                                                    size_t nthreads);
+
 /// Load of one rxq, written by the thread serving it (relaxed), read by the control thread.
 struct RxqLoad {
   std::atomic<uint64_t> cycles{0};   ///< TSC cycles of its non-empty bursts
