@@ -15,7 +15,7 @@ void add_ctl_command(CLI::App& app, CtlArgs& a) {
   CLI::App* c = app.add_subcommand("ctl", "Query or control a running switch");
   c->add_option("--control", a.control, "control socket (default /run/virtlink/virtlink.ctl)");
   c->add_flag("--json", a.json, "print the reply as JSON");
-  c->add_option("command", a.command, "stats | ports | fdb [PORT] [all] | pmd-stats | set-flush PORT|all POLICY | links | link A B | unlink A B | version")->required();
+  c->add_option("command", a.command, "stats | ports | fdb [PORT] [all] | pmd-stats | pmd-rxq-show | pmd-rebalance | set-flush PORT|all POLICY | links | link A B | unlink A B | version")->required();
   c->add_option("args", a.args, "command arguments");
 }
 
@@ -39,16 +39,17 @@ void print_stats(const Json& r) {
 
 void print_ports(const Json& r) {
   for (const auto& p : r) {
-    fmt::print("{} ({} {}): {}, pmd {}, {} connect(s), mtu {}, features {}\n",
+    fmt::print("{} ({} {}): {}, pmd {} (queue pair 0; ctl pmd-rxq-show for all), {} connect(s), mtu {}, features {}\n",
                p["name"].get<std::string>(), p["type"].get<std::string>(),
                p["path"].get<std::string>(), p["state"].get<std::string>(), p["pmd"].get<int>(),
                p["connects"].get<uint64_t>(), p["mtu"].get<uint32_t>(),
                p["features"].get<std::string>());
     for (const auto& v : p["vrings"]) {
-      fmt::print("  vring {} {:<9} size {:<5} {}{}\n", v["index"].get<int>(),
-                 v["role"].get<std::string>(), v["size"].get<uint32_t>(),
-                 v["ready"].get<bool>() ? "ready" : "not ready: ",
-                 v["why_not"].get<std::string>());
+      fmt::print("  vring {} (queue pair {}) {:<9} {:<6} size {:<5} {}{}{}\n", v["index"].get<int>(),
+                 v.value("queue", 0), v["role"].get<std::string>(),
+                 v.value("layout", std::string("split")), v["size"].get<uint32_t>(),
+                 v.value("enabled", true) ? "" : "disabled, ",
+                 v["ready"].get<bool>() ? "ready" : "not ready: ", v["why_not"].get<std::string>());
     }
   }
 }
@@ -63,17 +64,32 @@ void print_fdb(const Json& r) {
 }
 
 void print_pmd(const Json& r) {
+  // Like OVS's dpif-netdev/pmd-stats-show: one block per PMD thread, its rxqs below.
   for (const auto& t : r) {
+    fmt::print("pmd {} (cpu {}, {} mode, rxq assign {}):\n", t["pmd"].get<int>(),
+               t["cpu"].get<int>(), t["mode"].get<std::string>(),
+               t.value("rxq_assign", std::string("roundrobin")));
+    fmt::print("  busy {:.1f} % of cycles, {} packets, {:.0f} cycles/packet, {} passes ({} busy), "
+               "{} sleeps\n",
+               t.value("busy_pct", 0.0), t["packets"].get<uint64_t>(),
+               t["cycles_per_packet"].get<double>(), t["passes"].get<uint64_t>(),
+               t["busy_passes"].get<uint64_t>(), t["sleeps"].get<uint64_t>());
+    for (const auto& q : t.value("rxq_loads", Json::array()))
+      fmt::print("  rxq {}/{}: {} packets, {:.1f} % of this thread's busy cycles\n",
+                 q["port"].get<std::string>(), q["queue"].get<int>(), q["packets"].get<uint64_t>(),
+                 100.0 * q["cycles_share"].get<double>());
+  }
+}
+
+void print_rxq_show(const Json& r) {
+  fmt::print("rxq assignment {} ({} reassignments)\n", r["assign"].get<std::string>(),
+             r["reassignments"].get<uint64_t>());
+  for (const auto& t : r["pmds"]) {
     std::string q;
-    for (const auto& n : t["rxqs"]) {
-      if (!q.empty()) q += ',';
-      q += n.get<std::string>();
-    }
-    fmt::print("pmd {} cpu {} {}: passes {} busy {} sleeps {} packets {} cycles/packet {:.0f} rxqs {}\n",
-               t["pmd"].get<int>(), t["cpu"].get<int>(), t["mode"].get<std::string>(),
-               t["passes"].get<uint64_t>(), t["busy_passes"].get<uint64_t>(),
-               t["sleeps"].get<uint64_t>(), t["packets"].get<uint64_t>(),
-               t["cycles_per_packet"].get<double>(), q);
+    for (const auto& x : t["rxqs"])
+      q += fmt::format(" {}/{}", x["port"].get<std::string>(), x["queue"].get<int>());
+    fmt::print("pmd {} cpu {}:{}\n", t["pmd"].get<int>(), t["cpu"].get<int>(),
+               q.empty() ? " (no rxqs)" : q);
   }
 }
 
@@ -89,6 +105,14 @@ void print_link(const Json& l) {
 
 int run_ctl(const CtlArgs& a) {
   const std::string path = a.control.empty() ? app::default_control_path() : a.control;
+  static const char* const kNoArgs[] = {"stats", "ports", "pmd-stats", "pmd-rxq-show",
+                                        "pmd-rebalance", "links", "version"};
+  for (const char* c : kNoArgs) {
+    if (a.command == c && !a.args.empty()) {
+      fmt::print(stderr, "virtlink ctl {}: takes no arguments\n", a.command);
+      return 2;
+    }
+  }
   Json args = Json::object();
   if (!a.args.empty()) args["argv"] = a.args;
   Json result;
@@ -105,6 +129,7 @@ int run_ctl(const CtlArgs& a) {
   else if (a.command == "ports") print_ports(result);
   else if (a.command == "fdb") print_fdb(result);
   else if (a.command == "pmd-stats") print_pmd(result);
+  else if (a.command == "pmd-rxq-show" || a.command == "pmd-rebalance") print_rxq_show(result);
   else if (a.command == "link" || a.command == "unlink") print_link(result);
   else if (a.command == "set-flush")
     fmt::print("flush policy of {}: {}\n", result["port"].get<std::string>(),

@@ -9,6 +9,9 @@ namespace vl::cli {
 
 void add_switch_command(CLI::App& app, SwitchArgs& a) {
   CLI::App* s = app.add_subcommand("switch", "Run the vhost-user switch daemon");
+  // The switch's options hold 0 for "not given" (the TOML file or the built-in default
+  // applies, as each help text says): showing "=0" would mislead.
+  s->option_defaults()->always_capture_default(false);
   s->add_option("--config", a.config, "TOML file with the same settings (command line wins)");
   s->add_option("--port", a.ports,
                 "NAME=vhost-user:PATH (virtlink listens) or NAME=vhost-user-client:PATH "

@@ -101,20 +101,7 @@ bool ControlServer::listen(const std::string& path, std::string* err) {
   if (!make_unix_addr(path, &a, err)) return false;
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  struct stat st;
-  if (lstat(path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) {
-      *err = fmt::format("{} exists and is not a socket", path);
-      return false;
-    }
-    // A live switch answers on it; a stale file from a crashed one does not.
-    UniqueFd probe(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (connect(probe.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-      *err = fmt::format("another switch is using the control socket {}", path);
-      return false;
-    }
-    unlink(path.c_str());
-  }
+  if (!clear_stale_socket(path, a, "control socket", err)) return false;
   UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!s.valid() || bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
       chmod(path.c_str(), 0600) != 0 || ::listen(s.get(), 8) != 0) {
@@ -156,7 +143,9 @@ void ControlServer::serve_one() {
     const std::string cmd = req["cmd"];
     auto it = handlers_.find(cmd);
     if (it == handlers_.end()) {
-      reply = {{"ok", false}, {"error", fmt::format("unknown command '{}'", cmd)}};
+      std::string known;
+      for (const auto& [name, h] : handlers_) known += (known.empty() ? "" : ", ") + name;
+      reply = {{"ok", false}, {"error", fmt::format("unknown command '{}' (commands: {})", cmd, known)}};
     } else {
       Json result;
       std::string err;

@@ -70,14 +70,7 @@ bool VhostPort::start(std::string* err) {
   }
   sockaddr_un a;
   if (!make_unix_addr(cfg_.path, &a, err)) return false;
-  struct stat st;
-  if (lstat(cfg_.path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) {
-      *err = fmt::format("{} exists and is not a socket", cfg_.path);
-      return false;
-    }
-    unlink(cfg_.path.c_str());  // a stale socket from an earlier run
-  }
+  if (!clear_stale_socket(cfg_.path, a, "vhost-user socket", err)) return false;
   uid_t uid = static_cast<uid_t>(-1);  // chown: -1 leaves it as it is
   gid_t gid = static_cast<gid_t>(-1);
   uint32_t id;

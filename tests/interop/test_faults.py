@@ -9,6 +9,7 @@ import grp
 import os
 import pwd
 import signal
+import socket
 import stat
 import subprocess
 import time
@@ -146,7 +147,7 @@ class Faults(unittest.TestCase):
     def test_socket_owner_group_mode(self):
         """Default 0600 and our own user; --socket-mode/--socket-owner/--socket-group for every
         port; a [[port]]'s own socket_* keys win over the switch-wide ones; an unknown group
-        is a start-up error."""
+        is a start-up error; a second switch cannot take over a live port's socket."""
         nobody = pwd.getpwnam("nobody").pw_uid
         nogroup = grp.getgrnam("nogroup").gr_gid
         with vltest.Testbed(self) as tb:
@@ -176,6 +177,23 @@ class Faults(unittest.TestCase):
                                 "--control", tb.ctl_path, "--socket-mode", "0999"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20)
             self.assertEqual(r.returncode, 2)
+
+            # A second switch naming a socket a running switch serves is refused, and the
+            # running switch's socket stays (it used to be taken over, then removed when the
+            # second one exited).
+            tb.start_switch(ports=["a"], forward="bridge")
+            before = os.stat(tb.sock("a")).st_ino
+            r = subprocess.run([vltest.VIRTLINK, "switch", "--port", "a=vhost-user:" + tb.sock("a"),
+                                "--control", tb.ctl_path + "-2"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20)
+            self.assertNotEqual(r.returncode, 0, r.stdout)
+            self.assertIn(b"another process is listening on the vhost-user socket", r.stdout)
+            self.assertEqual(os.stat(tb.sock("a")).st_ino, before)
+            self.assertFalse(os.path.exists(tb.ctl_path + "-2"))
+            # ... and the running switch still accepts a front-end on it.
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.connect(tb.sock("a"))
+            c.close()
 
 
 if __name__ == "__main__":
