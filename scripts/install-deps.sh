@@ -13,8 +13,10 @@ PKGS=(
   libclang-rt-14-dev
   # real peers and guests for interop tests and benchmarks
   dpdk dpdk-dev qemu-system-x86 busybox-static cpio kmod iperf3 iputils-ping iproute2 procps psmisc
-  # bench tcp: offloads off on the native veth pair
+  # bench tcp: offloads off on the native veth pair; the guest's ethtool -L (multiqueue test)
   ethtool
+  # guest image: the uncompressed vmlinux for the faster PVH boot (build-guest.sh)
+  xz-utils
   # benchmark anchor: OVS-DPDK (bench/topologies.py runs its own private instance)
   openvswitch-switch-dpdk
   # reports
