@@ -62,6 +62,15 @@ void print_result(const gen::GenResult& r) {
         s.lost, s.duplicates, s.reordered, s.mean_interval_ns, s.latency.min(), s.latency.mean(),
         s.latency.percentile(0.5), s.latency.percentile(0.99), s.latency.percentile(0.999),
         s.latency.max());
+    // The schedule was not kept: the offered rate is below the asked one and loss or
+    // latency then describe the generator as much as the device under test.
+    if (s.planned && s.late_skipped * 100 > s.planned)
+      fmt::print("warning: stream {}->{}: the generator fell behind its schedule and skipped "
+                 "{:.1f} % of its slots (offered {} of {} planned): the rate asked is above what "
+                 "it could send here (see the one-core ceiling below, and the CPU it shares)\n",
+                 s.tx_port, s.rx_port, 100.0 * static_cast<double>(s.late_skipped) /
+                                           static_cast<double>(s.planned),
+                 s.offered, s.planned);
   }
   fmt::print(
       "clock: TSC {:.3f} GHz calibrated against CLOCK_MONOTONIC_RAW (resolution {:.2f} ns); "
