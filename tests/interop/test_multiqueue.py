@@ -131,8 +131,13 @@ class MultiQueue(unittest.TestCase):
                     show = tb.ctl("pmd-rxq-show")
                     if sum(len(t["rxqs"]) for t in show["pmds"]) == 4:
                         ps = tb.ctl("pmd-stats")
-                        if all(t["packets"] > 0 for t in ps):
-                            live.update(show=show, ps=ps, st=tb.switch_stats())
+                        st = tb.switch_stats()
+                        # All three taken while every front-end was still connected (the
+                        # generator may finish between the calls: its ports then leave).
+                        if (all(t["packets"] > 0 for t in ps) and
+                                all(st[n]["queues"][0]["pmd"] >= 0 for n in "abcd") and
+                                sum(len(t["rxqs"]) for t in tb.ctl("pmd-rxq-show")["pmds"]) == 4):
+                            live.update(show=show, ps=ps, st=st)
                 except AssertionError:
                     pass
                 return not gen.alive()
