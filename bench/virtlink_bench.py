@@ -46,7 +46,6 @@ avg, max and percentiles from a log-linear histogram (3% bucket width).
 
 import argparse
 import os
-import shlex
 import statistics
 import sys
 import time
@@ -472,15 +471,7 @@ def main():
         opts.retries = 1 if opts.quick else 2
     if opts.quick and opts.max_trials > 12:
         opts.max_trials = 12  # keeps --quick under 3 minutes on a noisy machine
-    argv = sys.argv[1:]
-    skip = set()
-    for i, a in enumerate(argv):
-        if a == "--virtlink":
-            skip.update((i, i + 1))
-        elif a.startswith("--virtlink="):
-            skip.add(i)
-    command = "virtlink bench " + " ".join(shlex.quote(a) for i, a in enumerate(argv)
-                                           if i not in skip)
+    command = report.bench_command("", sys.argv[1:])
     version, anchors = report.versions(vltest.VIRTLINK)
     load0 = report.load_average()
     t0 = time.time()
@@ -547,17 +538,7 @@ def main():
                 log("plot: %s" % e)
     load1 = report.load_average()
     print("virtlink bench %s   (%s, %s)" % (opts.name, time.strftime("%Y-%m-%d %H:%M"), version))
-    print("core plan: " + core_plan)
-    print("load average at start %s, at end %s (2 CPUs: above 1 the numbers mean little)" %
-          (load0, load1))
-    print("\n".join(lines))
-    print(note)
-    for e in errors:
-        print("not measured: " + e)
-    for p in plots:
-        if p:
-            print("plot: " + p)
-    print("took %.0f s" % (time.time() - t0))
+    report.print_summary(core_plan, load0, load1, lines, note, errors, plots, t0)
     if opts.json:
         report.write_json(opts.json, command, version, core_plan, rows, anchors=anchors,
                           errors=errors, load_average={"start": load0, "end": load1},
