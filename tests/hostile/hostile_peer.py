@@ -3345,7 +3345,7 @@ class MultiQueue(HostileCase):
             g.close()
             self.h.wait_ports_settled()
 
-    # KNOWN BUG (open, issue 9): in about 1 run of 4 under ASan with 2 PMD threads, this
+    # KNOWN BUG (open, issue 9): in 2 of about 30 ASan runs with 2 PMD threads, this
     # scenario makes the switch see a "malformed receive chain" on the healthy port b's
     # receive ring (well-formed; written by the Python front-end) and stop it; b is then
     # unreachable and every later scenario fails its health check. Not found yet. The
