@@ -19,10 +19,7 @@ bool PackedDriverQueue::init(DriverMemory& mem, uint32_t num, bool event_idx, st
     return false;
   }
   event_idx_ = event_idx;
-  free_.clear();
-  for (uint32_t i = num; i-- > 0;) free_.push_back(static_cast<uint16_t>(i));
-  cookie_.assign(num, 0);
-  posted_.assign(num, 0);
+  ids_.reset(num);
   next_avail_ = next_used_ = 0;
   avail_wrap_ = used_wrap_ = true;  // virtio 1.2 §2.8.1
   pending_ = 0;

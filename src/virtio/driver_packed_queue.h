@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "virtio/driver_buffer_ids.h"
 #include "virtio/driver_memory.h"
 #include "virtio/virtio_defs.h"
 
@@ -53,19 +54,16 @@ class PackedDriverQueue {
   void set_call_fd(int fd) { call_fd_ = fd; }
   int call_fd() const { return call_fd_; }
   bool broken() const { return broken_; }
-  uint32_t free_descs() const { return static_cast<uint32_t>(free_.size()); }
+  uint32_t free_descs() const { return ids_.free_count(); }
   /// Chains posted and not yet returned by the device.
-  uint32_t in_flight() const { return num_ - free_descs(); }
+  uint32_t in_flight() const { return ids_.in_flight(); }
 
   /// Posts one buffer as a chain of one descriptor (not visible until publish()).
   /// `device_writes`: a receive buffer (VIRTQ_DESC_F_WRITE). Returns false when no
   /// descriptor is free.
   bool add(uint64_t gpa, uint32_t len, bool device_writes, uint32_t cookie) {
-    if (free_.empty()) return false;
-    const uint16_t id = free_.back();
-    free_.pop_back();
-    cookie_[id] = cookie;
-    posted_[id] = 1;
+    uint16_t id;
+    if (!ids_.take(cookie, &id)) return false;
     PackedDesc* d = &ring_[next_avail_];
     d->addr = gpa;
     d->len = len;
@@ -120,7 +118,7 @@ class PackedDriverQueue {
   bool get_used(uint32_t* cookie, uint32_t* len) {
     const uint16_t f = __atomic_load_n(&ring_[next_used_].flags, __ATOMIC_ACQUIRE);
     if (!is_used(f)) return false;
-    if (free_.size() >= num_) [[unlikely]] {  // a used descriptor while nothing is in flight
+    if (ids_.in_flight() == 0) [[unlikely]] {  // a used descriptor while nothing is in flight
       broken_ = true;
       return false;
     }
@@ -128,14 +126,11 @@ class PackedDriverQueue {
     std::memcpy(&d, &ring_[next_used_], sizeof d);
     __asm__ __volatile__("" ::: "memory");  // only the local copy is used from here on
     const uint16_t id = d.id;
-    if (id >= num_ || !posted_[id]) [[unlikely]] {  // a buffer ID we did not post
+    if (!ids_.give_back(id, cookie)) [[unlikely]] {  // a buffer ID we did not post
       broken_ = true;
       return false;
     }
-    posted_[id] = 0;
-    *cookie = cookie_[id];
     *len = (f & kDescFWrite) ? d.len : 0;
-    free_.push_back(id);
     if (++next_used_ >= num_) {  // each chain took one slot
       next_used_ = 0;
       used_wrap_ = !used_wrap_;
@@ -214,9 +209,7 @@ class PackedDriverQueue {
   bool broken_ = false;
   int kick_fd_ = -1;
   int call_fd_ = -1;
-  std::vector<uint16_t> free_;  ///< free buffer IDs
-  std::vector<uint32_t> cookie_;
-  std::vector<uint8_t> posted_;
+  DriverBufferIds ids_;
 };
 
 }  // namespace vl::virtio

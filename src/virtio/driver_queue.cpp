@@ -20,10 +20,7 @@ bool DriverQueue::init(DriverMemory& mem, uint32_t num, bool event_idx, std::str
     return false;
   }
   event_idx_ = event_idx;
-  free_.clear();
-  for (uint32_t i = num; i-- > 0;) free_.push_back(static_cast<uint16_t>(i));
-  cookie_.assign(num, 0);
-  posted_.assign(num, 0);
+  ids_.reset(num);
   avail_idx_ = published_ = last_used_ = shadow_used_ = 0;
   broken_ = false;
   return true;

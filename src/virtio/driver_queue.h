@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "virtio/driver_buffer_ids.h"
 #include "virtio/driver_memory.h"
 #include "virtio/virtio_defs.h"
 
@@ -32,9 +33,9 @@ class DriverQueue {
   void set_call_fd(int fd) { call_fd_ = fd; }
   int call_fd() const { return call_fd_; }
   bool broken() const { return broken_; }
-  uint32_t free_descs() const { return static_cast<uint32_t>(free_.size()); }
+  uint32_t free_descs() const { return ids_.free_count(); }
   /// Chains posted and not yet returned by the device.
-  uint32_t in_flight() const { return num_ - free_descs(); }
+  uint32_t in_flight() const { return ids_.in_flight(); }
   uint16_t avail_idx() const { return avail_idx_; }
   /// SET_VRING_BASE's num for this ring: where the device resumes (the next avail index it
   /// reads: everything before it was used; 0 on a new ring).
@@ -43,16 +44,13 @@ class DriverQueue {
   /// Posts one buffer as a chain of one descriptor (not visible until publish()).
   /// `device_writes`: a receive buffer. Returns false when no descriptor is free.
   bool add(uint64_t gpa, uint32_t len, bool device_writes, uint32_t cookie) {
-    if (free_.empty()) return false;
-    const uint16_t id = free_.back();
-    free_.pop_back();
+    uint16_t id;
+    if (!ids_.take(cookie, &id)) return false;
     VringDesc& d = desc_[id];
     d.addr = gpa;
     d.len = len;
     d.flags = device_writes ? kDescFWrite : 0;
     d.next = 0;
-    cookie_[id] = cookie;
-    posted_[id] = 1;
     avail_->ring[avail_idx_ & mask_] = id;
     ++avail_idx_;
     return true;
@@ -92,14 +90,11 @@ class DriverQueue {
     }
     const VringUsedElem e = used_->ring[last_used_ & mask_];
     ++last_used_;
-    if (e.id >= num_ || !posted_[e.id]) [[unlikely]] {  // an id we did not post
+    if (!ids_.give_back(e.id, cookie)) [[unlikely]] {  // an id we did not post
       broken_ = true;
       return false;
     }
-    posted_[e.id] = 0;
-    *cookie = cookie_[e.id];
     *len = e.len;
-    free_.push_back(static_cast<uint16_t>(e.id));
     return true;
   }
 
@@ -147,9 +142,7 @@ class DriverQueue {
   bool broken_ = false;
   int kick_fd_ = -1;
   int call_fd_ = -1;
-  std::vector<uint16_t> free_;
-  std::vector<uint32_t> cookie_;
-  std::vector<uint8_t> posted_;
+  DriverBufferIds ids_;
 };
 
 /// Fixed-size packet buffers in driver memory, handed out by index (the DriverQueue cookie).
