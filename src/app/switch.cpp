@@ -475,21 +475,34 @@ bool Switch::fdb_info(const control::Json& args, control::Json* result, std::str
 control::Json Switch::pmd_stats() const {
   control::Json out = control::Json::array();
   for (const auto& t : pmds_->threads()) {
+    // The thread's total first, the rxq loads after it: on a live thread the loads can
+    // only lead the total (by the frames taken in between), never trail it.
+    const uint64_t packets = t->packets();
+    const uint64_t busy = t->busy_cycles();
     control::Json names = control::Json::array();
     control::Json rxqs = control::Json::array();
+    // Each rxq's counters are read once, so the shares add up to 1 while the thread runs.
+    struct Sample {
+      dp::RxqId q;
+      uint64_t packets, cycles;
+    };
+    std::vector<Sample> samples;
     uint64_t total = 0;
-    for (const dp::RxqId& q : t->rxqs())
-      total += pmds_->load(q.port, q.queue).cycles.load(std::memory_order_relaxed);
     for (const dp::RxqId& q : t->rxqs()) {
-      const std::string& name = ports_[q.port]->config().name;
-      names.push_back(name);
       const dp::RxqLoad& l = pmds_->load(q.port, q.queue);
-      const uint64_t c = l.cycles.load(std::memory_order_relaxed);
+      samples.push_back({q, l.packets.load(std::memory_order_relaxed),
+                         l.cycles.load(std::memory_order_relaxed)});
+      total += samples.back().cycles;
+    }
+    for (const Sample& s : samples) {
+      const std::string& name = ports_[s.q.port]->config().name;
+      names.push_back(name);
       rxqs.push_back({{"port", name},
-                      {"queue", q.queue},
-                      {"packets", l.packets.load(std::memory_order_relaxed)},
-                      {"cycles", c},
-                      {"cycles_share", total ? static_cast<double>(c) / static_cast<double>(total) : 0.0}});
+                      {"queue", s.q.queue},
+                      {"packets", s.packets},
+                      {"cycles", s.cycles},
+                      {"cycles_share",
+                       total ? static_cast<double>(s.cycles) / static_cast<double>(total) : 0.0}});
     }
     const uint64_t elapsed = t->elapsed_cycles();
     out.push_back({{"pmd", t->index()},
@@ -499,14 +512,14 @@ control::Json Switch::pmd_stats() const {
                    {"passes", t->passes()},
                    {"busy_passes", t->busy_passes()},
                    {"sleeps", t->sleeps()},
-                   {"packets", t->packets()},
-                   {"busy_cycles", t->busy_cycles()},
+                   {"packets", packets},
+                   {"busy_cycles", busy},
                    {"elapsed_cycles", elapsed},
-                   {"busy_pct", elapsed ? 100.0 * static_cast<double>(t->busy_cycles()) /
+                   {"busy_pct", elapsed ? 100.0 * static_cast<double>(busy) /
                                               static_cast<double>(elapsed)
                                         : 0.0},
-                   {"cycles_per_packet", t->packets() ? static_cast<double>(t->busy_cycles()) /
-                                                            static_cast<double>(t->packets())
+                   {"cycles_per_packet", packets ? static_cast<double>(busy) /
+                                                        static_cast<double>(packets)
                                                       : 0.0},
                    {"rxqs", names},
                    {"rxq_loads", rxqs},

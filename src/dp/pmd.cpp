@@ -223,7 +223,9 @@ void PmdThread::run() {
       busy_passes_.store(busy_passes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       busy_cycles_.store(busy_cycles_.load(std::memory_order_relaxed) + (t1 - t0),
                          std::memory_order_relaxed);
-      packets_.store(packets_.load(std::memory_order_relaxed) + got, std::memory_order_relaxed);
+      // Release: a reader that loads packets() (acquire) and then the rxq loads sees
+      // loads at least as large (pmd-stats is then never short of its own total).
+      packets_.store(packets_.load(std::memory_order_relaxed) + got, std::memory_order_release);
     }
     if (got || opts_.mode == PmdMode::kPoll) {
       idle_since = 0;

@@ -139,7 +139,10 @@ class PmdThread {
   /// TSC cycles spent in passes that forwarded something, and the chains they took:
   /// their ratio is the thread's cycles per packet (like OVS pmd-stats-show).
   uint64_t busy_cycles() const { return busy_cycles_.load(std::memory_order_relaxed); }
-  uint64_t packets() const { return packets_.load(std::memory_order_relaxed); }
+  /// Chains the thread took, lifetime. Stored after the pass's per-rxq loads (release), so
+  /// a reader that takes packets() first and the RxqLoad counters next gets rxq packets
+  /// >= this total, ahead by at most what the thread took in between.
+  uint64_t packets() const { return packets_.load(std::memory_order_acquire); }
 
  private:
   void run();

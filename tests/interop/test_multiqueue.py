@@ -196,7 +196,11 @@ class MultiQueue(unittest.TestCase):
                 self.assertGreater(t["busy_pct"], 0, t)
                 self.assertLessEqual(t["busy_pct"], 100.0, t)
                 self.assertEqual(len(t["rxq_loads"]), 2, t)
-                self.assertEqual(sum(q["packets"] for q in t["rxq_loads"]), t["packets"], t)
+                # Sampled live: the thread total is read first, so the rxq loads may lead
+                # it by what the thread took in between (at 8 kpps, a few frames).
+                rxq_sum = sum(q["packets"] for q in t["rxq_loads"])
+                self.assertLessEqual(t["packets"], rxq_sum, t)
+                self.assertLessEqual(rxq_sum - t["packets"], 256, t)
                 self.assertAlmostEqual(sum(q["cycles_share"] for q in t["rxq_loads"]), 1.0,
                                        places=6)
                 total += t["packets"]
