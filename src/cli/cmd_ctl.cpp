@@ -63,11 +63,18 @@ void print_fdb(const Json& r) {
     fmt::print("(the first {} entries: `virtlink ctl fdb [PORT] all` lists every one)\n", r.size());
 }
 
+/// A PMD thread's CPU as text: the JSON gives -1 for a thread not pinned to a CPU (no
+/// --pmd-cores), shown as "any" like the switch's log.
+std::string pmd_cpu(const Json& t) {
+  const int cpu = t["cpu"].get<int>();
+  return cpu >= 0 ? std::to_string(cpu) : std::string("any");
+}
+
 void print_pmd(const Json& r) {
   // Like OVS's dpif-netdev/pmd-stats-show: one block per PMD thread, its rxqs below.
   for (const auto& t : r) {
-    fmt::print("pmd {} (cpu {}, {} mode, rxq assign {}):\n", t["pmd"].get<int>(),
-               t["cpu"].get<int>(), t["mode"].get<std::string>(),
+    fmt::print("pmd {} (cpu {}, {} mode, rxq assign {}):\n", t["pmd"].get<int>(), pmd_cpu(t),
+               t["mode"].get<std::string>(),
                t.value("rxq_assign", std::string("roundrobin")));
     fmt::print("  busy {:.1f} % of cycles, {} packets, {:.0f} cycles/packet, {} passes ({} busy), "
                "{} sleeps\n",
@@ -88,7 +95,7 @@ void print_rxq_show(const Json& r) {
     std::string q;
     for (const auto& x : t["rxqs"])
       q += fmt::format(" {}/{}", x["port"].get<std::string>(), x["queue"].get<int>());
-    fmt::print("pmd {} cpu {}:{}\n", t["pmd"].get<int>(), t["cpu"].get<int>(),
+    fmt::print("pmd {} cpu {}:{}\n", t["pmd"].get<int>(), pmd_cpu(t),
                q.empty() ? " (no rxqs)" : q);
   }
 }

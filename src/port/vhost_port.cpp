@@ -55,6 +55,7 @@ VhostPort::VhostPort(uint32_t id, VhostPortConfig cfg, Quiescer* q)
         if (!cfg_.offloads) o.features &= ~vhost::kOffloadFeatures;
         o.max_mapped_bytes = cfg_.max_guest_memory;
         o.queue_pairs = cfg_.max_queues;
+        o.log_name = "port " + cfg_.name;  // "port b: memory table with ..."
         return o;
       }()) {
   static_assert(kMaxQueuePairs == vhost::kMaxQueuePairs);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 
 #include <algorithm>
+#include <utility>
 #include <sys/socket.h>
 
 #include <fmt/format.h>
@@ -82,7 +83,7 @@ BackendOptions BackendOptions::defaults() {
   return o;
 }
 
-Backend::Backend(DeviceHost* host, BackendOptions opts) : host_(host), opts_(opts) {
+Backend::Backend(DeviceHost* host, BackendOptions opts) : host_(host), opts_(std::move(opts)) {
   if (opts_.queue_pairs < 1) opts_.queue_pairs = 1;
   if (opts_.queue_pairs > kMaxQueuePairs) opts_.queue_pairs = kMaxQueuePairs;
   if (opts_.queue_pairs == 1) opts_.features &= ~bit(kNetFMq);
@@ -139,7 +140,8 @@ bool Backend::dispatch(Message& m, std::string* why) {
   m.close_fds();  // handlers take the fds they keep; the rest close here
 
   if (!ok) {
-    VL_LOG_RL(spdlog::level::warn, "vhost-user: {} ({}) refused: {}", req_name(req), req, r.error);
+    VL_LOG_RL(spdlog::level::warn, "{}: {} ({}) refused: {}", opts_.log_name, req_name(req), req,
+              r.error);
     if (!reply_ack || (spec && r.has_payload)) {
       *why = fmt::format("{} refused: {}", req_name(req), r.error);
       return false;
@@ -147,7 +149,7 @@ bool Backend::dispatch(Message& m, std::string* why) {
     const uint64_t err = 1;
     return chan_.send(req, kVersion | kFlagReply, &err, 8);
   }
-  spdlog::debug("vhost-user: {} ok", req_name(req));
+  spdlog::debug("{}: {} ok", opts_.log_name, req_name(req));
   if (r.has_payload) {
     const int rfd = r.fd.get();
     if (!chan_.send(req, kVersion | kFlagReply, r.payload, r.size, rfd >= 0 ? &rfd : nullptr,
@@ -244,8 +246,8 @@ bool Backend::h_set_mem_table(Message& m, Reply& r) {
   for (Vring& v : vrings_) v.detach();
   refresh();
   host_->resume_datapath();
-  VL_LOG_RL(spdlog::level::info, "vhost-user: memory table with {} regions, {} MiB mapped", n,
-            mem_->mapped_bytes() >> 20);
+  VL_LOG_RL(spdlog::level::info, "{}: memory table with {} regions, {} MiB mapped", opts_.log_name,
+            n, mem_->mapped_bytes() >> 20);
   return true;
 }
 
@@ -426,7 +428,7 @@ bool Backend::h_set_log_base(Message& m, Reply& r) {
   log_ = std::move(log);  // the old log is unmapped here, with no thread using it
   refresh();
   host_->resume_datapath();
-  VL_LOG_RL(spdlog::level::info, "vhost-user: dirty log of {} bytes", size);
+  VL_LOG_RL(spdlog::level::info, "{}: dirty log of {} bytes", opts_.log_name, size);
   r.set_u64(0);
   return true;
 }
@@ -506,14 +508,14 @@ bool Backend::attach_split(uint32_t i) {
                        !(reinterpret_cast<uintptr_t>(used) & 3);
   if ((v.addr.flags & kVringFLog) && !mem_->translate_whole(v.addr.log_guest_addr, used_ring_bytes(num))) {
     v.why_not = "log address of the used ring not in guest memory";
-    VL_LOG_RL(spdlog::level::warn, "vhost-user: vring {} log address {:#x} does not translate", i,
-              v.addr.log_guest_addr);
+    VL_LOG_RL(spdlog::level::warn, "{}: vring {} log address {:#x} does not translate",
+              opts_.log_name, i, v.addr.log_guest_addr);
     return false;
   }
   if (!desc || !avail || !used || !aligned) {
     // hostile-inputs.md item 9: the ring does not start.
     v.why_not = "ring address not in guest memory";
-    VL_LOG_RL(spdlog::level::warn, "vhost-user: vring {} addresses do not translate", i);
+    VL_LOG_RL(spdlog::level::warn, "{}: vring {} addresses do not translate", opts_.log_name, i);
     return false;
   }
   auto* u = reinterpret_cast<VringUsed*>(used);
@@ -522,8 +524,8 @@ bool Backend::attach_split(uint32_t i) {
   if (base != used_idx) {
     // Nothing is in flight when a ring stops, so the used index is where we left off
     // (the same recovery DPDK's vhost library uses after a reconnect).
-    VL_LOG_RL(spdlog::level::info, "vhost-user: vring {} base {} != used index {}; resuming at {}",
-              i, base, used_idx, used_idx);
+    VL_LOG_RL(spdlog::level::info, "{}: vring {} base {} != used index {}; resuming at {}",
+              opts_.log_name, i, base, used_idx, used_idx);
     base = used_idx;
   }
   v.q.attach(mem_.get(), num, reinterpret_cast<VringDesc*>(desc),
@@ -544,15 +546,16 @@ bool Backend::attach_packed(uint32_t i) {
                        !(reinterpret_cast<uintptr_t>(dev) & 3);
   if (!ring || !drv || !dev || !aligned) {
     v.why_not = "ring address not in guest memory";
-    VL_LOG_RL(spdlog::level::warn, "vhost-user: packed vring {} addresses do not translate", i);
+    VL_LOG_RL(spdlog::level::warn, "{}: packed vring {} addresses do not translate", opts_.log_name,
+              i);
     return false;
   }
   // A ring that never had SET_VRING_BASE starts at slot 0 with both wrap counters at 1.
   const uint32_t base = v.base_set ? v.base : kPackedInitialBase;
   if (!PackedDeviceQueue::packed_base_valid(base, num)) {
     v.why_not = "ring base outside the ring";
-    VL_LOG_RL(spdlog::level::warn, "vhost-user: packed vring {} base {:#x} outside a ring of {}",
-              i, base, num);
+    VL_LOG_RL(spdlog::level::warn, "{}: packed vring {} base {:#x} outside a ring of {}",
+              opts_.log_name, i, base, num);
     return false;
   }
   v.pq.attach(mem_.get(), num, reinterpret_cast<PackedDesc*>(ring),

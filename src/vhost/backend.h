@@ -110,6 +110,10 @@ struct BackendOptions {
   /// SET_MEM_TABLE is refused, so a front-end cannot take the address space other
   /// connections need (sparse memfds of terabytes cost it nothing).
   uint64_t max_mapped_bytes = uint64_t{1} << 40;
+  /// What this connection's log lines start with ("{log_name}: memory table with ..."): the
+  /// owner names its device here (a switch port gives "port NAME"), so the vhost layer needs
+  /// nothing from the layers above it.
+  std::string log_name = "vhost-user";
   /// The default offer: VERSION_1, MRG_RXBUF, EVENT_IDX, INDIRECT_DESC, RING_PACKED,
   /// IN_ORDER, MTU, PROTOCOL_FEATURES, MQ, kOffloadFeatures, and for live migration LOG_ALL
   /// and GUEST_ANNOUNCE; protocol MQ, REPLY_ACK, MTU, RARP, LOG_SHMFD; kMaxQueuePairs queue
