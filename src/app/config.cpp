@@ -252,6 +252,15 @@ bool validate(const SwitchConfig& cfg, std::string* err) {
     if (!names.insert(p.name).second) { *err = fmt::format("port name '{}' used twice", p.name); return false; }
     if (!paths.insert(p.path).second) { *err = fmt::format("socket path '{}' used twice", p.path); return false; }
   }
+  // xconnect pairs ports in the order given, 1<->2, 3<->4, ... (INTERFACES.md): with an odd
+  // count the last port would have no peer and drop every frame it receives.
+  if (cfg.forward == dp::ForwardMode::kXconnect && cfg.ports.size() % 2 != 0) {
+    *err = fmt::format(
+        "forward xconnect pairs ports in the order given (1<->2, 3<->4, ...): port '{}' has no "
+        "peer; give an even number of ports (or forward bridge)",
+        cfg.ports.back().name);
+    return false;
+  }
   std::set<std::string> linked;
   for (const auto& [a, b] : cfg.links) {
     if (!names.count(a) || !names.count(b)) {

@@ -61,7 +61,8 @@ std::optional<dp::PmdMode> parse_pmd_mode(const std::string& s);
 /// invalid key.
 bool load_toml(const std::string& file, SwitchConfig* cfg, std::string* err);
 
-/// Cross-checks a complete configuration (unique names and paths, port count, flush).
+/// Cross-checks a complete configuration (unique names and paths, port count, an even port
+/// count for xconnect, links, PMD cores, flush).
 bool validate(const SwitchConfig& cfg, std::string* err);
 
 }  // namespace vl::app

@@ -16,7 +16,9 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
   s->add_option("--port", a.ports,
                 "NAME=vhost-user:PATH (virtlink listens) or NAME=vhost-user-client:PATH "
                 "(virtlink connects, retrying every second); repeat for more ports");
-  s->add_option("--forward", a.forward, "bridge (MAC learning, default) or xconnect (1<->2, 3<->4, ...)")
+  s->add_option("--forward", a.forward,
+                "bridge (MAC learning, default) or xconnect (1<->2, 3<->4, ...: an even number "
+                "of ports)")
       ->check(CLI::IsMember({"bridge", "xconnect"}));
   s->add_option("--pmd-cores", a.pmd_cores, "CPUs for PMD threads, taskset syntax (1 | 1,3 | 2-5)");
   s->add_option("--pmd-mode", a.pmd_mode, "poll (default), interrupt or adaptive")

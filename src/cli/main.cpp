@@ -38,7 +38,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // app.exit prints CLI11's message (--help and --version print theirs and give 0). Every
+    // other parse error is a usage error and exits 2, like the bad values the commands
+    // check themselves (CLI11's own codes, 100-115, would tell a script nothing more).
+    return app.exit(e) == 0 ? 0 : 2;
   }
   vl::set_log_level(level.c_str());
   if (app.got_subcommand("switch")) return vl::cli::run_switch(sw);
