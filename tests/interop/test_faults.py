@@ -8,6 +8,7 @@ socket files' owner, group and mode.
 import grp
 import os
 import pwd
+import re
 import signal
 import socket
 import stat
@@ -194,6 +195,82 @@ class Faults(unittest.TestCase):
             c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             c.connect(tb.sock("a"))
             c.close()
+
+    # -- usage errors and what the switch says (new-user findings) ---------------------------
+    def test_usage_errors_exit_2(self):
+        """Every command-line usage error exits 2 with a message on stderr, whether CLI11 finds
+        it (unknown option, a value outside its set or range, a missing value or subcommand:
+        CLI11's own codes were 105 and others) or the command does (a value it checks itself,
+        xconnect leaving a port without a peer, from --port or from the TOML file); nothing is
+        started. --help and --version exit 0."""
+        with vltest.Testbed(self) as tb:
+            def run(*args):
+                return subprocess.run([vltest.VIRTLINK] + list(args), stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                      timeout=20)
+            port_a = ["--port", "a=vhost-user:" + tb.sock("a"), "--control", tb.ctl_path]
+            cfg = os.path.join(tb.dir, "odd.toml")
+            with open(cfg, "w") as f:
+                f.write('forward = "xconnect"\n')
+                for n in ("b", "c", "d"):
+                    f.write('[[port]]\nname = "%s"\npath = "%s"\n' % (n, tb.sock(n)))
+            cases = [
+                (["switch", "--no-such-option"] + port_a, "--no-such-option"),
+                (["switch", "--forward", "hub"] + port_a, "hub"),
+                (["switch", "--max-queues", "9"] + port_a, "--max-queues"),
+                (["switch", "--burst", "many"] + port_a, "--burst"),
+                (["switch", "--port"], "--port"),
+                ([], "subcommand"),
+                (["ctl", "--control", tb.ctl_path, "stats", "extra"], "takes no arguments"),
+                (["switch", "--burst", "65"] + port_a, "--burst 65"),
+                (["switch", "--forward", "xconnect"] + port_a, "port 'a' has no peer"),
+                (["switch", "--config", cfg, "--control", tb.ctl_path], "port 'd' has no peer"),
+            ]
+            for argv, msg in cases:
+                r = run(*argv)
+                err = r.stderr.decode(errors="replace")
+                self.assertEqual(r.returncode, 2, "virtlink %s: %s" % (" ".join(argv), err))
+                self.assertIn(msg, err, argv)
+                for n in ("a", "b", "c", "d"):
+                    self.assertFalse(os.path.exists(tb.sock(n)), argv)
+                self.assertFalse(os.path.exists(tb.ctl_path), argv)
+            # A fourth port on the command line completes the TOML file's pairs: the switch
+            # starts.
+            with open(cfg) as f:
+                tb.start_switch(ports=["e"], forward=None, pmd_cores="1", config=f.read())
+            self.assertEqual(sorted(tb.ports_info()), ["b", "c", "d", "e"])
+            for argv, out in ((["--help"], "switch"), (["switch", "--help"], "--forward"),
+                              (["--version"], "")):
+                r = run(*argv)
+                self.assertEqual(r.returncode, 0, (argv, r.stderr))
+                self.assertIn(out, r.stdout.decode(), argv)
+                self.assertNotEqual(r.stdout.strip(), b"", argv)
+
+    def test_unpinned_pmd_and_port_names(self):
+        """An unpinned PMD thread (no --pmd-cores) is "cpu any" in the log and in the text of
+        ctl pmd-stats and pmd-rxq-show, -1 in their JSON (unchanged); the back-end's
+        memory-table line names its port like the other per-port lines."""
+        with vltest.Testbed(self) as tb:
+            tb.start_switch(ports=["a", "b"], forward="bridge", pmd_cores=None)
+            vnf = vltest.Proc("vnf", [vltest.VIRTLINK, "vnf",
+                                      "--port", "vhost-user-client:" + tb.sock("a"),
+                                      "--port", "vhost-user-client:" + tb.sock("b"),
+                                      "--pmd-mode", "interrupt", "--queue-size", "256"], tb.dir)
+            tb.procs.append(vnf)
+            tb.wait_connected(["a", "b"])
+            line = r"port %s: memory table with \d+ regions, \d+ MiB mapped"
+            wait(lambda: all(re.search(line % p, tb.switch.output()) for p in "ab"), 5,
+                 "the memory-table lines of ports a and b")
+            out = tb.switch.output()
+            self.assertNotIn("vhost-user: memory table", out)
+            self.assertRegex(out, r"pmd 0: \w+ mode on cpu any")
+            self.assertEqual([t["cpu"] for t in tb.ctl("pmd-stats")], [-1])
+            self.assertEqual([t["cpu"] for t in tb.ctl("pmd-rxq-show")["pmds"]], [-1])
+            text = tb.ctl("pmd-stats", json_out=False)
+            self.assertRegex(text, r"^pmd 0 \(cpu any, ", text)
+            text = tb.ctl("pmd-rxq-show", json_out=False)
+            self.assertRegex(text, r"(?m)^pmd 0 cpu any: ", text)
+            self.assertNotIn("-1", text)
 
 
 if __name__ == "__main__":
