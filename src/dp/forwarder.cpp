@@ -381,8 +381,10 @@ void Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, const uint16_t* sl
       counters_[sl.src].drop(Drop::kBadGso);
     } else {
       oc.drop(Drop::kRingBroken, cnt - j);
-      VL_LOG_RL(spdlog::level::err, "port {}: malformed receive chain; receive queue stopped",
-                op->config().name);
+      VL_LOG_RL(spdlog::level::err,
+                "port {}: malformed receive chain or avail index; receive queue {} stopped "
+                "(pmd {}: {})",
+                op->config().name, qi, thread_, rq->state());
       break;
     }
   }

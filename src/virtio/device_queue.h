@@ -20,6 +20,9 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "virtio/dirty_log.h"
 #include "virtio/guest_memory.h"
@@ -113,6 +116,16 @@ class DeviceQueue {
   uint32_t size() const { return num_; }
   uint16_t last_avail() const { return last_avail_; }
   uint16_t last_used() const { return last_used_; }
+  /// The queue's positions for an error log line (cold path): ours and the driver's avail
+  /// index, ours and the ring's used index, and the size.
+  std::string state() const {
+    if (!avail_) return "detached";
+    return fmt::format("split, size {}, avail idx {} (last read {}), next avail {}, next used {} "
+                       "(published {}, ring {})",
+                       num_, __atomic_load_n(&avail_->idx, __ATOMIC_ACQUIRE), shadow_avail_,
+                       last_avail_, last_used_, published_used_,
+                       __atomic_load_n(&used_->idx, __ATOMIC_ACQUIRE));
+  }
   void set_call_fd(int fd) { call_fd_ = fd; }
   int call_fd() const { return call_fd_; }
 

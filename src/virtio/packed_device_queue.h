@@ -124,6 +124,11 @@ class PackedDeviceQueue {
   bool avail_wrap() const { return avail_wrap_; }
   uint16_t used_pos() const { return used_pos_; }
   bool used_wrap() const { return used_wrap_; }
+  /// The queue's positions for an error log line (cold path).
+  std::string state() const {
+    return fmt::format("packed, size {}, next avail {} (wrap {}), next used {} (wrap {})", num_,
+                       last_avail_, avail_wrap_, used_pos_, used_wrap_);
+  }
   void set_call_fd(int fd) { call_fd_ = fd; }
   int call_fd() const { return call_fd_; }
 
