@@ -7,6 +7,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "util/log.h"
@@ -59,6 +61,13 @@ bool Switch::setup(std::string* err) {
   for (uint32_t i = 0; i + 1 < tables_.nports; i += 2) {
     tables_.xc_peer[i] = i + 1;
     tables_.xc_peer[i + 1] = i;
+    if (cfg_.forward == dp::ForwardMode::kXconnect) {
+      // A cross-connected port's frames all come from its peer, whose rxqs roundrobin gives
+      // to thread (peer id) mod T: that thread writes the port's receive queue, so the frames
+      // need no handoff (dp/handoff.h).
+      ports_[i]->set_rx_writer_rotation(i + 1);
+      ports_[i + 1]->set_rx_writer_rotation(i);
+    }
   }
   // rxqs are assigned to PMD threads as their queues become ready (PmdSet::reassign).
   std::string perr;
@@ -307,9 +316,10 @@ void Switch::add_queues(uint32_t port, control::Json* out) const {
   for (uint32_t q = 0; q < b.queue_pairs(); ++q) {
     const vhost::Vring& rx = b.vring(vhost::rx_vring(q));
     const vhost::Vring& tx = b.vring(vhost::tx_vring(q));
-    uint64_t rxp = 0, rxb = 0, txp = 0, txb = 0, nobuf = 0;
+    uint64_t rxp = 0, rxb = 0, txp = 0, txb = 0, nobuf = 0, handed = 0;
     for (const auto& t : pmds_->threads()) {
       const port::QueueCounters& c = t->forwarder().queue_counters(port, q);
+      handed += c.handoff_packets.load(std::memory_order_relaxed);
       rxp += c.rx_packets.load(std::memory_order_relaxed);
       rxb += c.rx_bytes.load(std::memory_order_relaxed);
       txp += c.tx_packets.load(std::memory_order_relaxed);
@@ -322,6 +332,15 @@ void Switch::add_queues(uint32_t port, control::Json* out) const {
     const port::QueueShared& rs = p.rx_shared(q);
     const port::QueueShared& ts = p.tx_shared(q);
     const dp::PmdThread* owner = pmds_->owner_of(port, q);
+    // The PMD thread that writes this receive queue (port.h PortDp::rx_for), -1 if none.
+    int writer = -1;
+    bool handed_to = false;
+    for (uint32_t t = 0; t < pmds_->threads().size() && t < port::kMaxPmdThreads; ++t) {
+      const port::PortDp::RxTargets& r = d.rx_for[t];
+      if (std::find(r.q, r.q + r.n, q) == r.q + r.n) continue;
+      if (r.via == port::PortDp::kDirect) writer = static_cast<int>(t);
+      else handed_to = true;
+    }
     qs.push_back({{"queue", q},
                   {"enabled", rx.enabled || tx.enabled},
                   {"rx_enabled", rx.enabled},
@@ -334,10 +353,9 @@ void Switch::add_queues(uint32_t port, control::Json* out) const {
                   {"tx_packets", txp},
                   {"tx_bytes", txb},
                   {"no_rx_buffer", nobuf},
-                  {"rx_shared_by_threads", q < port::kMaxQueuePairs && d.rx_ready > 0 &&
-                                               d.rx_ready < pmds_->threads().size()},
-                  {"rx_lock_batches", rs.batches.load(std::memory_order_relaxed)},
-                  {"rx_lock_contended", rs.contended.load(std::memory_order_relaxed)},
+                  {"rx_writer_pmd", writer},
+                  {"rx_shared_by_threads", handed_to},
+                  {"handoff_packets", handed},
                   {"concurrent_entries", rs.concurrent.load(std::memory_order_relaxed) +
                                              ts.concurrent.load(std::memory_order_relaxed)},
                   {"last_rx_thread", static_cast<int>(rs.last_thread.load(std::memory_order_relaxed))},

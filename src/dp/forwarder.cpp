@@ -311,8 +311,13 @@ void Forwarder::flush_port(uint32_t o, uint64_t prev_check_ns) {
   if (prev_check_ns && now > prev_check_ns &&
       now - prev_check_ns > gap_max_ns_.load(std::memory_order_relaxed))
     gap_max_ns_.store(now - prev_check_ns, std::memory_order_relaxed);
-  if (tg.n == 1) [[likely]] {
-    deliver_to(o, tg.q[0], tg.shared, tq.slot, cnt, now);
+  auto in_pool = [this](const uint16_t* slots) {
+    return [this, slots](uint32_t j) -> const Slot& { return pool_[slots[j]]; };
+  };
+  if (tg.via != port::PortDp::kDirect) [[unlikely]] {
+    hand_off(o, tg.via, tg.q[0], od.gen, tq.slot, cnt);
+  } else if (tg.n == 1) [[likely]] {
+    deliver_to(o, tg.q[0], in_pool(tq.slot), cnt, now);
   } else {
     // Several candidate queues: group the frames by the queue their flow hash picks,
     // keeping each group in order (so each flow stays in order), then one batch per queue.
@@ -330,32 +335,103 @@ void Forwarder::flush_port(uint32_t o, uint64_t prev_check_ns) {
     for (uint32_t j = 0; j < cnt; ++j) order[fill[sel[j]]++] = tq.slot[j];
     for (uint32_t c = 0; c < tg.n; ++c) {
       if (start[c + 1] > start[c])
-        deliver_to(o, tg.q[c], tg.shared, order + start[c], start[c + 1] - start[c], now);
+        deliver_to(o, tg.q[c], in_pool(order + start[c]), start[c + 1] - start[c], now);
     }
   }
   for (uint32_t i = 0; i < cnt; ++i) unref(tq.slot[i]);
 }
 
-void Forwarder::deliver_to(uint32_t o, uint32_t qi, bool shared, const uint16_t* slots,
-                           uint32_t n, uint64_t now) {
+template <class Get>
+void Forwarder::deliver_to(uint32_t o, uint32_t qi, Get&& frame, uint32_t n, uint64_t now) {
   const port::QueuePairDp& qp = t_->ports[o]->dp().qp[qi];
   port::QueueShared* sh = qp.rx_shared;
-  if (shared) sh->lock_batch();  // once per batch, never per packet (port.h QueueShared)
-  sh->enter(thread_);
+  sh->enter(thread_);  // self-check: this thread is the queue's only writer (port.h)
   // The receive ring's layout is chosen once per batch.
   if (qp.rxq && !qp.rxq->broken()) {
-    deliver_queue(o, qi, qp.rxq, slots, n, now);
+    deliver_queue(o, qi, qp.rxq, frame, n, now);
   } else if (qp.rxq_packed && !qp.rxq_packed->broken()) {
-    deliver_queue(o, qi, qp.rxq_packed, slots, n, now);
+    deliver_queue(o, qi, qp.rxq_packed, frame, n, now);
   } else {
-    for (uint32_t j = 0; j < n; ++j) counters_[pool_[slots[j]].src].drop(Drop::kNoDestination);
+    for (uint32_t j = 0; j < n; ++j) counters_[frame(j).src].drop(Drop::kNoDestination);
   }
   sh->leave();
-  if (shared) sh->unlock_batch();
 }
 
-template <class Q>
-void Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, const uint16_t* slots, uint32_t cnt,
+void Forwarder::hand_off(uint32_t o, uint32_t via, uint32_t qi, uint32_t gen,
+                         const uint16_t* slots, uint32_t n) {
+  HandoffRing* ring = via < port::kMaxPmdThreads ? t_->handoff[thread_][via] : nullptr;
+  if (!ring) [[unlikely]] {
+    for (uint32_t j = 0; j < n; ++j) counters_[pool_[slots[j]].src].drop(Drop::kNoDestination);
+    return;
+  }
+  uint32_t sent = 0;
+  for (uint32_t j = 0; j < n; ++j) {
+    const Slot& sl = pool_[slots[j]];
+    if (ring->push(sl.segs, sl.nsegs, sl.len, sl.hdr, static_cast<uint8_t>(o),
+                   static_cast<uint8_t>(qi), sl.src, gen, sl.t_ns)) [[likely]] {
+      ++sent;
+    } else {
+      counters_[o].drop(Drop::kHandoffFull);
+    }
+  }
+  ring->publish();
+  PortCounters::add(qcounters_[o][qi].handoff_packets, sent);
+}
+
+bool Forwarder::handoff_pending() const {
+  for (uint32_t p = 0; p < t_->pmd_threads && p < port::kMaxPmdThreads; ++p) {
+    const HandoffRing* ring = t_->handoff[p][thread_];
+    if (ring && ring->has_records()) return true;
+  }
+  return false;
+}
+
+uint32_t Forwarder::drain_handoffs() {
+  uint32_t total = 0;
+  for (uint32_t p = 0; p < t_->pmd_threads && p < port::kMaxPmdThreads; ++p) {
+    HandoffRing* ring = t_->handoff[p][thread_];
+    if (!ring || !ring->has_records()) [[likely]] continue;
+    // Consecutive records for the same queue are delivered as one batch (one used-ring
+    // update), before release() lets the producer reuse their room.
+    uint32_t n = 0;
+    total += ring->visit([&](const HandoffRecord& r, const uint8_t* data) {
+      if (n && (n == kMaxBurst || r.port != handed_[0].port || r.queue != handed_[0].queue ||
+                r.gen != handed_[0].gen)) {
+        deliver_handed(handed_, n);
+        n = 0;
+      }
+      Handed& h = handed_[n++];
+      h.slot.inl[0] = virtio::Segment{const_cast<uint8_t*>(data), r.len};
+      h.slot.segs = h.slot.inl;
+      h.slot.nsegs = 1;
+      h.slot.len = r.len;
+      h.slot.t_ns = r.t_ns;
+      h.slot.src = r.src;
+      h.slot.hdr = r.hdr;
+      h.port = r.port;
+      h.queue = r.queue;
+      h.gen = r.gen;
+    });
+    if (n) deliver_handed(handed_, n);
+    ring->release();
+  }
+  return total;
+}
+
+void Forwarder::deliver_handed(const Handed* h, uint32_t n) {
+  const uint32_t o = h[0].port;
+  const uint32_t qi = h[0].queue;
+  port::VhostPort* op = o < t_->nports ? t_->ports[o] : nullptr;
+  const bool ok = op && op->active() && op->dp().gen == h[0].gen && qi < port::kMaxQueuePairs;
+  if (!ok) [[unlikely]] {  // the port paused or changed its queues since: its writers may differ
+    for (uint32_t j = 0; j < n; ++j) counters_[h[j].slot.src].drop(Drop::kNoDestination);
+    return;
+  }
+  deliver_to(o, qi, [h](uint32_t j) -> const Slot& { return h[j].slot; }, n, clock_());
+}
+
+template <class Q, class Get>
+void Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, uint32_t cnt,
                               uint64_t now) {
   port::VhostPort* op = t_->ports[o];
   const port::PortDp& od = op->dp();
@@ -365,7 +441,7 @@ void Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, const uint16_t* sl
   uint64_t sent = 0, bytes = 0, nobuf = 0;
   uint32_t j = 0;
   for (; j < cnt; ++j) {
-    const Slot& sl = pool_[slots[j]];
+    const Slot& sl = frame(j);
     age.add(now > sl.t_ns ? now - sl.t_ns : 0);
     const offload::Outcome st =
         soft_.deliver(*rq, scratch_, sl.hdr, sl.segs, sl.nsegs, sl.len, od, oc);

@@ -22,11 +22,14 @@
 // per output queue: no virtual call and no layout test per packet.
 //
 // Threads: a Forwarder belongs to one PMD thread; nothing in it is shared (no locks), except
-// the counters and queue-age statistics the control thread reads (relaxed atomics).
+// the counters and queue-age statistics the control thread reads (relaxed atomics) and the
+// handoff rings (dp/handoff.h).
 // Multiqueue (port/port.h PortDp): the thread polls rxqs (port, queue pair); a chain goes
 // back to the transmit queue it came from; an output queue is delivered into the guest
 // receive queues PortDp::rx_for[thread] names, spread by flow hash (dp/flow_hash.h) when
-// there are several; a receive queue other threads also write is locked once per batch.
+// there are several. Each guest receive queue has one writer thread: a thread that writes
+// none of a port's queues copies its frames for that port into a handoff ring to a writer
+// (the second copy of those frames), which delivers them at its next pass (drain_handoffs).
 // Quiescence (dp/pmd.h): frames held across passes point into their sender's memory and
 // will be written into their receiver's rings, so the PMD thread calls release_paused()
 // right after each quiescent point; it delivers every queue if a port involved has paused.
@@ -36,6 +39,7 @@
 #include "dp/fdb.h"
 #include "dp/flow_hash.h"
 #include "dp/flush.h"
+#include "dp/handoff.h"
 #include "offload/deliver.h"
 #include "port/port.h"
 #include "port/vhost_port.h"
@@ -63,6 +67,10 @@ struct SwitchTables {
   /// thread at any time (set_flush); PMD threads re-read them when flush_gen changes.
   std::atomic<uint64_t> flush[port::kMaxPorts] = {};
   std::atomic<uint64_t> flush_gen{0};
+  /// PMD threads, and the handoff ring from thread p to thread c at [p][c] (null when
+  /// p == c or when no ring was set up: frames for it are then dropped as no_destination).
+  uint32_t pmd_threads = 1;
+  HandoffRing* handoff[port::kMaxPmdThreads][port::kMaxPmdThreads] = {};
   static constexpr uint32_t kNoPeer = 0xffffffff;
 
   SwitchTables() {
@@ -102,6 +110,11 @@ class Forwarder {
   void release_paused();
   /// Frames waiting in intermediate queues.
   bool holding() const { return held_ != 0; }
+  /// Delivers the frames other PMD threads handed to this one (dp/handoff.h) into the guest
+  /// receive queues it writes; once per pass. Returns the frames taken from the rings.
+  uint32_t drain_handoffs();
+  /// Frames handed to this thread and not yet drained (checked before sleeping).
+  bool handoff_pending() const;
 
   /// Counters of `port` as seen by this thread.
   const port::PortCounters& counters(uint32_t port) const { return counters_[port]; }
@@ -146,11 +159,25 @@ class Forwarder {
   static constexpr uint16_t kNoSlot = 0xffff;
   template <class Q>
   uint32_t poll_queue(uint32_t in, uint32_t qi, Q* q, port::QueueShared* sh);
-  /// Delivers `n` slots into guest receive queue `qi` of port `o` (locked when `shared`).
-  void deliver_to(uint32_t o, uint32_t qi, bool shared, const uint16_t* slots, uint32_t n,
-                  uint64_t now);
-  template <class Q>
-  void deliver_queue(uint32_t o, uint32_t qi, Q* rq, const uint16_t* slots, uint32_t n, uint64_t now);
+  /// Delivers `n` frames (`frame(j)`: a const Slot&) into guest receive queue `qi` of port
+  /// `o`, which this thread writes.
+  template <class Get>
+  void deliver_to(uint32_t o, uint32_t qi, Get&& frame, uint32_t n, uint64_t now);
+  template <class Q, class Get>
+  void deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, uint32_t n, uint64_t now);
+  /// Copies `n` slots for guest receive queue `qi` of port `o` (routing generation `gen`)
+  /// into the handoff ring to PMD thread `via`, which writes that queue.
+  void hand_off(uint32_t o, uint32_t via, uint32_t qi, uint32_t gen, const uint16_t* slots,
+                uint32_t n);
+  /// A frame handed to this thread, as a slot over the ring's copy, and where it goes.
+  struct Handed {
+    Slot slot;
+    uint32_t gen;   ///< the receiver's PortDp::gen it was routed under
+    uint8_t port;   ///< receiving port
+    uint8_t queue;  ///< its guest receive queue
+  };
+  /// Delivers a batch of handed-off frames (all for one port, queue and generation).
+  void deliver_handed(const Handed* h, uint32_t n);
   /// Takes a free slot for a chain just popped from (`in`, `qi`) (appended to `in`'s retire
   /// order: one order per port, whose sub-order per queue is each queue's order).
   uint16_t take_slot(uint32_t in, uint32_t qi, uint16_t head, uint16_t ring_descs);
@@ -178,6 +205,7 @@ class Forwarder {
   uint16_t free_[kPoolSlots];
   uint32_t nfree_ = 0;
   uint16_t burst_[kMaxBurst];     // the slots of the burst being classified
+  Handed handed_[kMaxBurst];      // a batch of handed-off frames being delivered
   Txq txq_[port::kMaxPorts];
   uint64_t held_ = 0;             // outputs whose queue is not empty
   uint64_t burst_out_ = 0;        // outputs that got frames in this burst

@@ -165,6 +165,10 @@ bool PmdThread::try_sleep() {
   }
   if (pending || stop_.load(std::memory_order_relaxed)) return false;
   sleeping_.store(true, std::memory_order_seq_cst);
+  if (fw_->handoff_pending()) {  // after the store: a producer either sees us asleep or we see its frames
+    sleeping_.store(false, std::memory_order_seq_cst);
+    return false;
+  }
   epoll_event evs[16];
   const int n = epoll_wait(epoll_.get(), evs, 16, 1000);
   sleeping_.store(false, std::memory_order_seq_cst);
@@ -217,8 +221,11 @@ void PmdThread::run() {
         got += n;
       }
     }
+    // Frames other threads handed to this one (not counted in its packets: they were
+    // taken, and counted, by the thread that polled them).
+    const uint32_t handed = fw_->drain_handoffs();
     fw_->end_pass();  // held queues whose interval or budget is up
-    if (got) {
+    if (got || handed) {
       const uint64_t t1 = __builtin_ia32_rdtsc();
       busy_passes_.store(busy_passes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       busy_cycles_.store(busy_cycles_.load(std::memory_order_relaxed) + (t1 - t0),
@@ -227,7 +234,7 @@ void PmdThread::run() {
       // loads at least as large (pmd-stats is then never short of its own total).
       packets_.store(packets_.load(std::memory_order_relaxed) + got, std::memory_order_release);
     }
-    if (got || opts_.mode == PmdMode::kPoll) {
+    if (got || handed || opts_.mode == PmdMode::kPoll) {
       idle_since = 0;
       if (kicks_on) {  // while polling, the driver need not kick (saves it a syscall a burst)
         for (uint32_t i = 0; i < nrxqs_; ++i) {
@@ -237,7 +244,7 @@ void PmdThread::run() {
         }
         kicks_on = false;
       }
-      if (got) continue;
+      if (got || handed) continue;
     }
     switch (opts_.mode) {
       case PmdMode::kPoll: __builtin_ia32_pause(); break;
@@ -270,6 +277,17 @@ PmdSet::PmdSet(SwitchTables* t, const std::vector<int>& cpus, PmdOptions opts)
     for (size_t i = 0; i < cpus.size() && i < kMaxPmdThreads; ++i)
       threads_.push_back(
           std::make_unique<PmdThread>(static_cast<uint32_t>(i), cpus[i], t, opts, load_));
+  }
+  // A ring from every thread to every other (T * (T - 1) rings of HandoffRing::kBytes,
+  // address space only until used: a ring's pages are touched as frames pass through it).
+  const size_t n = threads_.size();
+  t->pmd_threads = static_cast<uint32_t>(n);
+  for (size_t p = 0; p < n; ++p) {
+    for (size_t c = 0; c < n; ++c) {
+      if (p == c) continue;
+      rings_.push_back(std::make_unique<HandoffRing>(threads_[c]->sleeping_flag(), threads_[c]->wake_fd()));
+      t->handoff[p][c] = rings_.back().get();
+    }
   }
 }
 

@@ -31,6 +31,9 @@
 // sleeps. So the control thread, after clearing a port's `active`, waits for two increments
 // (the second one follows a check that saw the port paused) or for the thread to sleep
 // before touching the port.
+// Handoff (dp/handoff.h): each pass also delivers the frames other threads handed to this
+// one (Forwarder::drain_handoffs); a thread does not sleep while any are waiting, and a
+// thread that hands frames to a sleeping one wakes it.
 // Watchdog: a pass never waits on a front-end, but a front-end can make the one write a
 // PMD thread does to its fds (the call eventfd) block forever. A thread that is awake and
 // has not finished a pass for 10 ms while the control thread waits for it, or for a whole
@@ -123,6 +126,9 @@ class PmdThread {
   uint64_t passes() const { return passes_.load(std::memory_order_seq_cst); }
   bool sleeping() const { return sleeping_.load(std::memory_order_seq_cst); }
   void wake();
+  /// What a handoff ring to this thread needs to wake it (dp/handoff.h).
+  const std::atomic<bool>* sleeping_flag() const { return &sleeping_; }
+  int wake_fd() const { return wake_.get(); }
   /// Sends the thread kInterruptSignal: a system call it is blocked in (a write to a
   /// front-end's call fd) returns EINTR. Harmless when it is not blocked.
   void interrupt();
@@ -211,6 +217,8 @@ class PmdSet final : public port::Quiescer {
   SwitchTables* tables_;
   PmdOptions opts_;
   std::vector<std::unique_ptr<PmdThread>> threads_;
+  /// The handoff rings between the threads (SwitchTables::handoff points at them).
+  std::vector<std::unique_ptr<HandoffRing>> rings_;
   bool running_ = false;
   RxqLoad load_[port::kMaxPorts][port::kMaxQueuePairs];
   int owner_[port::kMaxPorts][port::kMaxQueuePairs];    ///< thread index or -1

@@ -12,6 +12,7 @@ const char* drop_name(Drop d) {
     case Drop::kNoDestination: return "no_destination";
     case Drop::kBadCsum: return "bad_csum";
     case Drop::kBadGso: return "bad_gso";
+    case Drop::kHandoffFull: return "handoff_full";
     case Drop::kCount: break;
   }
   return "unknown";

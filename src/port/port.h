@@ -23,6 +23,7 @@ enum class Drop : uint8_t {
   kNoDestination,  ///< bridge/xconnect had no ready port to send to
   kBadCsum,        ///< NEEDS_CSUM not negotiated, or csum_start/csum_offset past the frame
   kBadGso,         ///< gso_type not negotiated or unknown, gso_size 0, unsegmentable headers
+  kHandoffFull,    ///< egress port: the handoff ring to its queue's writer thread was full
   kCount,
 };
 inline constexpr uint32_t kNumDrops = static_cast<uint32_t>(Drop::kCount);
@@ -79,24 +80,20 @@ inline constexpr uint32_t kMaxPmdThreads = 16;
 /// tx = frames written into the guest's receive queue (the switch's view, INTERFACES.md).
 struct QueueCounters {
   std::atomic<uint64_t> rx_packets{0}, rx_bytes{0}, tx_packets{0}, tx_bytes{0}, no_rx_buffer{0};
+  /// Frames this thread handed to the queue's writer (dp/handoff.h); they count in
+  /// tx_packets when the writer delivers them.
+  std::atomic<uint64_t> handoff_packets{0};
 };
 
-/// What every PMD thread shares about one virtqueue (lives in the port, survives resumes).
-/// - `lock`: taken once per delivered batch (never per packet) when more PMD threads than
-///   enabled guest receive queues write into this queue (PortDp::RxTargets::shared), like
-///   DPDK vhost's access_lock and OVS's dynamic txqs; `contended` counts the acquisitions
-///   that found it held.
-/// - `inside`/`concurrent`: a self-check. A thread entering the queue (one poll burst or one
-///   delivered batch) swaps its index+1 into `inside`; finding another thread there counts
-///   in `concurrent`, which must stay 0 (asserted by the tests). One atomic exchange per
-///   burst, not per packet.
+/// What every PMD thread shares about one virtqueue (lives in the port, survives resumes):
+/// a self-check. A thread entering the queue (one poll burst or one delivered batch) swaps
+/// its index+1 into `inside`; finding another thread there counts in `concurrent`, which
+/// must stay 0 (asserted by the tests): every queue has one writer (PortDp::rx_for) and one
+/// poller (dp/pmd.h). One atomic exchange per burst, not per packet.
 struct alignas(64) QueueShared {
-  std::atomic<uint32_t> lock{0};
   std::atomic<uint32_t> inside{0};
   std::atomic<uint32_t> last_thread{0xffffffff};  ///< PMD thread that last entered
   std::atomic<uint64_t> concurrent{0};
-  std::atomic<uint64_t> contended{0};
-  std::atomic<uint64_t> batches{0};  ///< locked batches (shared queues only)
 
   void enter(uint32_t thread) {
     if (inside.exchange(thread + 1, std::memory_order_acq_rel) != 0) [[unlikely]]
@@ -104,16 +101,6 @@ struct alignas(64) QueueShared {
     last_thread.store(thread, std::memory_order_relaxed);
   }
   void leave() { inside.store(0, std::memory_order_release); }
-  void lock_batch() {
-    if (lock.exchange(1, std::memory_order_acquire) != 0) [[unlikely]] {
-      contended.fetch_add(1, std::memory_order_relaxed);
-      while (lock.load(std::memory_order_relaxed) != 0 ||
-             lock.exchange(1, std::memory_order_acquire) != 0)
-        __builtin_ia32_pause();
-    }
-    batches.store(batches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  }
-  void unlock_batch() { lock.store(0, std::memory_order_release); }
 };
 
 /// One queue pair as the datapath sees it: the guest's receive queue (we fill it) and
@@ -150,23 +137,29 @@ struct QueuePairDp {
 ///
 /// Multiqueue. The unit a PMD thread polls is an rxq: (port, queue pair), the guest's
 /// transmit queue of that pair (dp/pmd.h assigns rxqs to threads). Output into a port goes
-/// to its ready guest receive queues, chosen per PMD thread by rx_for[thread]:
-/// - at least as many ready receive queues as PMD threads: thread t writes only the queues
-///   at positions t, t+T, t+2T... of the ready list (each queue has one writer, no lock;
-///   like OVS XPS with static txqs);
-/// - fewer: thread t writes the one queue at position t mod E, which other threads also
-///   write (`shared`): QueueShared::lock is taken once per delivered batch.
+/// to its ready guest receive queues, and every ready receive queue has exactly one writer
+/// thread, so no lock is ever taken (rx_for[thread]):
+/// - at least as many ready receive queues (E) as PMD threads (T): thread t writes the
+///   queues at positions t, t+T, t+2T... of the ready list (like OVS XPS with static txqs);
+/// - fewer: the queues get writers in turn from a thread that depends on the port
+///   (thread (p + j) mod T writes ready queue j, p being the port's id, so single-queue
+///   ports spread over the threads), and a thread that writes none of them hands its
+///   frames to one writer through a lock-free ring (`via`, dp/handoff.h).
 /// Within a thread's candidates a frame goes to the one its flow hash picks (dp/flow_hash.h,
 /// computed only when there are several). A disabled queue is never in the lists.
 struct PortDp {
+  static constexpr uint8_t kDirect = 0xff;  ///< RxTargets::via: this thread writes q[]
   struct RxTargets {
-    uint8_t n = 0;        ///< candidate queues (0: the port cannot receive)
-    bool shared = false;  ///< another thread writes the same queue: lock per batch
+    uint8_t n = 0;           ///< candidate queues (0: the port cannot receive)
+    uint8_t via = kDirect;   ///< else: the PMD thread that writes q[0]; hand frames to it
     uint8_t q[kMaxQueuePairs] = {};
   };
   QueuePairDp qp[kMaxQueuePairs];
   uint32_t nqp = 0;          ///< queue pairs offered (qp[nqp..] stay null)
   uint32_t rx_ready = 0;     ///< ready guest receive queues
+  /// Changes every time the port's datapath view is rebuilt: a handed-off frame carries the
+  /// generation it was routed under and is dropped if the writers may have changed since.
+  uint32_t gen = 0;
   RxTargets rx_for[kMaxPmdThreads];
   uint32_t hdr_len = 12;               ///< virtio-net header bytes on this port
   bool mrg_rxbuf = false;              ///< mergeable receive buffers negotiated
@@ -179,8 +172,9 @@ struct PortDp {
       if (qp[q].has_txq()) return true;
     return false;
   }
-  /// Fills rx_for from the ready receive queues for `threads` PMD threads.
-  void build_rx_targets(uint32_t threads) {
+  /// Fills rx_for from the ready receive queues for `threads` PMD threads; `port` (the
+  /// port's id) rotates which threads write when there are fewer queues than threads.
+  void build_rx_targets(uint32_t threads, uint32_t port = 0) {
     uint8_t ready[kMaxQueuePairs];
     uint32_t e = 0;
     for (uint32_t q = 0; q < nqp; ++q)
@@ -192,10 +186,12 @@ struct PortDp {
       if (!e || t >= threads) continue;
       if (e >= threads) {
         for (uint32_t j = t; j < e; j += threads) r.q[r.n++] = ready[j];
-      } else {
-        r.q[r.n++] = ready[t % e];
-        r.shared = true;
+        continue;
       }
+      const uint32_t rank = (t + threads - port % threads) % threads;  // t = (port + rank) mod T
+      r.n = 1;
+      r.q[0] = ready[rank % e];
+      if (rank >= e) r.via = static_cast<uint8_t>((port + rank % e) % threads);
     }
   }
 };

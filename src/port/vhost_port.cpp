@@ -252,7 +252,8 @@ void VhostPort::resume_datapath() {
     d.qp[q].rx_shared = &shared_[2 * q];
     d.qp[q].tx_shared = &shared_[2 * q + 1];
   }
-  d.build_rx_targets(quiescer_->num_threads());
+  d.build_rx_targets(quiescer_->num_threads(), rx_rotation_);
+  d.gen = ++dp_gen_;
   d.hdr_len = net_hdr_len(backend_.features());
   d.mrg_rxbuf = has(backend_.features(), kNetFMrgRxbuf);
   d.features = backend_.features();

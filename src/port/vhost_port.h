@@ -91,6 +91,10 @@ class VhostPort final : public vhost::DeviceHost {
 
   // ---- Direct links (app/links.h) ----
   void set_link_hooks(LinkHooks* h) { link_hooks_ = h; }
+  /// Which PMD threads write this port's receive queues when it has fewer ready ones than
+  /// there are threads (PortDp::build_rx_targets `port`; default: the port's id). Set before
+  /// the front-end connects.
+  void set_rx_writer_rotation(uint32_t r) { rx_rotation_ = r; }
   /// Pause/resume for the link manager's own changes (no hook call).
   void pause_for_link() {
     ++in_link_op_;
@@ -128,6 +132,8 @@ class VhostPort final : public vhost::DeviceHost {
   PortDp dp_;
   int kick_fd_[kMaxQueuePairs];  ///< transmit queues' kick fds registered with PMD threads
   QueueShared shared_[2 * kMaxQueuePairs];
+  uint32_t dp_gen_ = 0;  ///< PortDp::gen of the last rebuild
+  uint32_t rx_rotation_ = id_;  ///< see set_rx_writer_rotation()
   int pause_depth_ = 0;
   bool down_ = false;
   /// Seconds a port refuses connections after its front-end blocked the datapath.

@@ -236,36 +236,60 @@ TEST_F(MqBackendTest, HostileVringIndexAtOrAbove2NIsRefused) {
 
 // ---------------------------------------------------------------- targets and hash
 
-TEST(RxTargets, EachQueueHasOneWriterWhenThereAreEnoughAndNoneIsDisabled) {
+TEST(RxTargets, EveryReadyQueueHasExactlyOneWriterAndOthersHandOffToIt) {
   for (uint32_t threads = 1; threads <= 4; ++threads) {
-    for (uint32_t mask = 0; mask < 256; ++mask) {  // which of 8 receive queues are ready
-      port::PortDp d;
-      d.nqp = 8;
-      static virtio::DeviceQueue qs[8];
-      for (uint32_t q = 0; q < 8; ++q) d.qp[q].rxq = (mask >> q) & 1 ? &qs[q] : nullptr;
-      d.build_rx_targets(threads);
-      const uint32_t e = static_cast<uint32_t>(__builtin_popcount(mask));
-      EXPECT_EQ(d.rx_ready, e);
-      std::vector<int> writers(8, 0);
-      for (uint32_t t = 0; t < threads; ++t) {
-        const auto& r = d.rx_for[t];
-        EXPECT_EQ(r.n == 0, e == 0);
-        EXPECT_EQ(r.shared, e > 0 && e < threads);
-        for (uint32_t i = 0; i < r.n; ++i) {
-          EXPECT_TRUE((mask >> r.q[i]) & 1) << "disabled queue " << int(r.q[i]) << " targeted";
-          ++writers[r.q[i]];
+    for (uint32_t port = 0; port < 5; ++port) {
+      for (uint32_t mask = 0; mask < 256; ++mask) {  // which of 8 receive queues are ready
+        port::PortDp d;
+        d.nqp = 8;
+        static virtio::DeviceQueue qs[8];
+        for (uint32_t q = 0; q < 8; ++q) d.qp[q].rxq = (mask >> q) & 1 ? &qs[q] : nullptr;
+        d.build_rx_targets(threads, port);
+        const uint32_t e = static_cast<uint32_t>(__builtin_popcount(mask));
+        EXPECT_EQ(d.rx_ready, e);
+        std::vector<int> writer(8, -1);
+        std::vector<int> writers(8, 0);
+        for (uint32_t t = 0; t < threads; ++t) {
+          const auto& r = d.rx_for[t];
+          EXPECT_EQ(r.n == 0, e == 0);
+          if (r.via != port::PortDp::kDirect) continue;
+          for (uint32_t i = 0; i < r.n; ++i) {
+            EXPECT_TRUE((mask >> r.q[i]) & 1) << "disabled queue " << int(r.q[i]) << " targeted";
+            ++writers[r.q[i]];
+            writer[r.q[i]] = static_cast<int>(t);
+          }
         }
-      }
-      for (uint32_t q = 0; q < 8; ++q) {
-        if (!((mask >> q) & 1)) continue;
-        if (e >= threads) {
-          EXPECT_EQ(writers[q], 1) << "mask " << mask << " T " << threads;
-        } else {
-          EXPECT_GE(writers[q], 1);
+        for (uint32_t q = 0; q < 8; ++q)
+          EXPECT_EQ(writers[q], (mask >> q) & 1 ? 1 : 0) << "mask " << mask << " T " << threads;
+        // A thread that writes none of the queues hands its frames to the writer of its one
+        // target, never to itself; there are such threads exactly when e < T.
+        uint32_t handing = 0;
+        for (uint32_t t = 0; t < threads; ++t) {
+          const auto& r = d.rx_for[t];
+          if (r.via == port::PortDp::kDirect) continue;
+          ++handing;
+          ASSERT_EQ(r.n, 1);
+          EXPECT_NE(r.via, t);
+          EXPECT_EQ(writer[r.q[0]], int(r.via)) << "mask " << mask << " T " << threads;
         }
+        EXPECT_EQ(handing, e && e < threads ? threads - e : 0u);
+        for (uint32_t t = threads; t < port::kMaxPmdThreads; ++t) EXPECT_EQ(d.rx_for[t].n, 0);
       }
-      for (uint32_t t = threads; t < port::kMaxPmdThreads; ++t) EXPECT_EQ(d.rx_for[t].n, 0);
     }
+  }
+  // Single-queue ports spread their writers over the threads.
+  for (uint32_t threads = 2; threads <= 4; ++threads) {
+    std::vector<int> per(threads, 0);
+    for (uint32_t port = 0; port < threads; ++port) {
+      port::PortDp d;
+      d.nqp = 1;
+      static virtio::DeviceQueue q0;
+      d.qp[0].rxq = &q0;
+      d.build_rx_targets(threads, port);
+      for (uint32_t t = 0; t < threads; ++t)
+        if (d.rx_for[t].via == port::PortDp::kDirect) ++per[t];
+    }
+    for (uint32_t t = 0; t < threads; ++t) EXPECT_EQ(per[t], 1) << "T " << threads;
   }
 }
 
@@ -413,38 +437,62 @@ TEST_P(MqDatapathTest, OutputSpreadsOverEnabledQueuesOnlyAndNeverADisabledOne) {
   ASSERT_TRUE(fes[1]->plain(Req::kSetVringEnable, VringState{5, 0}));
   ASSERT_TRUE(ports[1]->active());
   EXPECT_EQ(ports[1]->dp().rx_ready, 3u);
-  uint32_t total = 0;
-  std::vector<uint32_t> per(4, 0);
+  // One Forwarder per PMD thread, and the handoff rings between them (dp/handoff.h).
+  tables.pmd_threads = threads;
+  std::vector<std::unique_ptr<dp::Forwarder>> fws;
+  std::vector<std::unique_ptr<dp::HandoffRing>> rings;
   for (uint32_t t = 0; t < threads; ++t) {
-    dp::Forwarder fw(&tables, &dp::tsc_now_ns, t);
+    fws.push_back(std::make_unique<dp::Forwarder>(&tables, &dp::tsc_now_ns, t));
+    for (uint32_t c = 0; c < threads; ++c) {
+      if (c == t) continue;
+      rings.push_back(std::make_unique<dp::HandoffRing>());
+      tables.handoff[t][c] = rings.back().get();
+    }
+  }
+  uint32_t total = 0;
+  uint32_t handed = 0;
+  std::vector<uint32_t> per(4, 0);
+  std::vector<uint64_t> tx_before(threads, 0);
+  for (uint32_t t = 0; t < threads; ++t) {
+    dp::Forwarder& fw = *fws[t];
+    for (uint32_t u = 0; u < threads; ++u) tx_before[u] = fws[u]->counters(1).tx_packets.load();
+    uint64_t q_before[4];
+    for (uint32_t qp = 0; qp < 4; ++qp) q_before[qp] = fw.queue_counters(1, qp).tx_packets.load();
     send_flows(fw, 100, static_cast<uint16_t>(2000 + 1000 * t));
+    for (auto& other : fws) other->drain_handoffs();
+    const auto& tg = ports[1]->dp().rx_for[t];
     for (uint32_t qp = 0; qp < 4; ++qp) {
       const uint32_t got = received(qp);
       per[qp] += got;
       total += got;
-      EXPECT_EQ(fw.queue_counters(1, qp).tx_packets.load(), got) << "thread " << t << " queue " << qp;
-      const auto& tg = ports[1]->dp().rx_for[t];
       const bool candidate = std::find(tg.q, tg.q + tg.n, qp) != tg.q + tg.n;
       if (!candidate) {
         EXPECT_EQ(got, 0u) << "thread " << t << " wrote queue " << qp;
       }
+      if (tg.via == port::PortDp::kDirect) {
+        EXPECT_EQ(fw.queue_counters(1, qp).tx_packets.load() - q_before[qp], got)
+            << "thread " << t << " queue " << qp;
+      } else if (candidate) {
+        // Handed to the queue's writer, which delivered it.
+        EXPECT_EQ(got, 100u);
+        EXPECT_EQ(fw.queue_counters(1, qp).handoff_packets.load(), 100u);
+        EXPECT_EQ(fw.queue_counters(1, qp).tx_packets.load(), 0u);
+        EXPECT_EQ(fws[tg.via]->counters(1).tx_packets.load() - tx_before[tg.via], 100u);
+        handed += got;
+      }
     }
-    EXPECT_EQ(fw.counters(1).tx_packets.load(), 100u);
+    if (tg.via == port::PortDp::kDirect) {
+      EXPECT_EQ(fw.counters(1).tx_packets.load() - tx_before[t], 100u);
+    }
     EXPECT_EQ(fw.queue_counters(0, 0).rx_packets.load(), 100u);
   }
   EXPECT_EQ(total, 100u * threads);
   EXPECT_EQ(per[2], 0u);  // disabled
-  if (threads <= 3) {
-    for (uint32_t qp : {0u, 1u, 3u}) EXPECT_GT(per[qp], 0u) << qp;
-  }
-  // The self-check saw no two threads inside one queue, and with fewer queues than threads
-  // the shared queues were locked once per batch.
+  for (uint32_t qp : {0u, 1u, 3u}) EXPECT_GT(per[qp], 0u) << qp;
+  // With fewer queues than threads (3 < 4) one thread handed everything off; otherwise none.
+  EXPECT_EQ(handed, threads > 3 ? 100u : 0u);
+  // The self-check saw no two threads inside one queue.
   for (uint32_t qp = 0; qp < 4; ++qp) EXPECT_EQ(ports[1]->rx_shared(qp).concurrent.load(), 0u);
-  if (threads > 3) {
-    EXPECT_GT(ports[1]->rx_shared(0).batches.load(), 0u);
-  } else {
-    EXPECT_EQ(ports[1]->rx_shared(0).batches.load(), 0u);
-  }
 
   // Re-enable pair 2: it gets traffic again (one thread, several candidates).
   ASSERT_TRUE(fes[1]->plain(Req::kSetVringEnable, VringState{4, 1}));
