@@ -3616,6 +3616,373 @@ class MultiQueue(HostileCase):
         self.assertEqual(len(got_c), 32)
 
 
+# =========================================================================================
+# Scenarios: the lock-free handoff between PMD threads (dp/handoff.h). Two PMD threads,
+# single-queue ports: the thread that writes a port's receive queue is (port id) mod 2
+# (PortDp::build_rx_targets), so frames polled by the other thread are handed off.
+# =========================================================================================
+class BigRxQueue(RxQueue):
+    """A receive queue of 64 KiB buffers (a 64 KiB frame in one buffer)."""
+    BUF = 65536 + 64
+
+
+class Handoff(HostileCase):
+    """Frames handed from one PMD thread to the other while the receiver misbehaves: its
+    receive ring toggled, never refilled, its memory table replaced, the front-end gone and
+    back; rxqs rebalanced in a loop; 64 KiB frames. Every frame to the hostile port is
+    delivered once, in order, or counted (no_rx_buffer, handoff_full, no_destination); the
+    handoff path was taken (queues[].handoff_packets); no queue has two writers."""
+
+    PMD_CORES = "0,1"
+
+    def q0(self, st, port):
+        return {q["queue"]: q for q in st[port]["queues"]}[0]
+
+    def handed(self, st, port):
+        return self.q0(st, port)["handoff_packets"]
+
+    def assertNoConcurrentEntries(self):
+        for name, p in self.h.stats().items():
+            for q in p.get("queues", []):
+                self.assertEqual(q["concurrent_entries"], 0, "%s queue %d entered by two "
+                                 "PMD threads at once" % (name, q["queue"]))
+
+    def senders_to(self, port):
+        """The healthy front-ends whose frames to `port` are handed off (their rxq is polled
+        by a thread that does not write `port`'s receive queue), and the others."""
+        st = self.h.stats()
+        writer = self.q0(st, port)["rx_writer_pmd"]
+        self.assertGreaterEqual(writer, 0, "%s has no writer" % port)
+        via = [(g, m) for g, m, n in ((self.h.a, MAC_A, "a"), (self.h.b, MAC_B, "b"))
+               if self.q0(st, n)["pmd"] != writer]
+        self.assertTrue(via, "both healthy ports polled by %s's writer: %s" % (port, vltest.fmt_stats(st)))
+        return via
+
+    def flows_to(self, g, dmac, tag, seconds, side=None, repost=True):
+        """a and b send frames to g (each a numbered sequence) for `seconds` while `side()`
+        runs between frames; returns (sent per sender, frames got in order of arrival)."""
+        sent = {b"A": 0, b"B": 0}
+        got = []
+        i = 0
+        t_end = time.monotonic() + seconds
+        while time.monotonic() < t_end:
+            for src, smac, k in ((self.h.a, MAC_A, b"A"), (self.h.b, MAC_B, b"B")):
+                fr = frame(dmac, smac, tag + k + struct.pack(">I", sent[k]))
+                if src.tx.send_frame(fr, timeout=1):
+                    sent[k] += 1
+            i += 1
+            if side:
+                side(i)
+            if g.rx is not None and g.mem is not None:
+                got += [f for f in g.rx.take(repost) if f[14:14 + len(tag)] == tag]
+        self.assertTrue(self.h.a.tx.wait_done(3) and self.h.b.tx.wait_done(3))
+        return sent, got
+
+    def assertOrderedOnce(self, got, tag):
+        """Per sender: sequence numbers strictly increasing (no duplicate, no reordering)."""
+        last = {}
+        for f in got:
+            k = f[14 + len(tag):15 + len(tag)]
+            n = struct.unpack(">I", f[15 + len(tag):19 + len(tag)])[0]
+            self.assertGreater(n, last.get(k, -1), "frame %r %d after %d: duplicated or reordered"
+                               % (k, n, last.get(k, -1)))
+            last[k] = n
+
+    def accounted(self, st, port, sent, got):
+        lost = (Harness.delta(self.before, st, port, "no_rx_buffer") +
+                Harness.delta(self.before, st, port, "handoff_full") +
+                Harness.delta(self.before, st, "a", "no_destination") +
+                Harness.delta(self.before, st, "b", "no_destination"))
+        return len(got) + lost, sum(sent.values())
+
+    def wait_accounted(self, g, port, sent, got, tag):
+        deadline = time.monotonic() + 3
+        while True:
+            got += [f for f in g.rx.take() if f[14:14 + len(tag)] == tag]
+            st = self.h.stats()
+            have, want = self.accounted(st, port, sent, got)
+            if have >= want or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        self.assertEqual(have, want, "frames to %s: %d sent, %d arrived, the rest not all "
+                         "counted: %s" % (port, want, len(got), vltest.fmt_stats(st)))
+        return st
+
+    def test_01_receiver_never_refills(self):
+        """c posts 4 receive buffers and never more while a and b send it 2 s of frames
+        (some handed off): 4 delivered, every other frame counted on c as no_rx_buffer or
+        handoff_full; the healthy pair keeps forwarding meanwhile."""
+        g = self.h.guest("c")
+        self.h.learn(g, MAC_C)
+        self.senders_to("c")
+        g.rx.post(4)
+        got = []
+
+        def side(i):
+            if i % 50 == 0:
+                self.assertEqual(self.h.exchange(self.h.a, MAC_A, self.h.b, MAC_B, 4), 4)
+        sent, got = self.flows_to(g, MAC_C, b"NR", 1.5, side, repost=False)
+        got += [f for f in g.rx.take(repost=False) if f[14:16] == b"NR"]
+        deadline = time.monotonic() + 3
+        while True:
+            st = self.h.stats()
+            lost = (Harness.delta(self.before, st, "c", "no_rx_buffer") +
+                    Harness.delta(self.before, st, "c", "handoff_full"))
+            got += [f for f in g.rx.take(repost=False) if f[14:16] == b"NR"]
+            if len(got) + lost >= sum(sent.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        self.assertEqual(len(got), 4, "c posted 4 buffers")
+        self.assertEqual(len(got) + lost, sum(sent.values()), vltest.fmt_stats(st))
+        self.assertGreater(self.handed(st, "c") - self.handed(self.before, "c"), 0,
+                           "no frame to c was handed off")
+        self.assertOrderedOnce(got, b"NR")
+        self.assertNoConcurrentEntries()
+
+    def test_02_receive_ring_toggled(self):
+        """c's receive ring disabled and enabled (SET_VRING_ENABLE) in a loop from another
+        thread while a and b send it frames: each arrives once and in order per sender, or
+        is counted (no_destination on the sender, no_rx_buffer/handoff_full on c)."""
+        g = self.h.guest("c")
+        self.h.learn(g, MAC_C)
+        self.senders_to("c")
+        g.rx.post()
+        stop = threading.Event()
+        errors = []
+        toggles = [0]
+
+        def toggle():
+            try:
+                k = 0
+                while not stop.is_set():
+                    k += 1
+                    self.assertEqual(g.state(SET_VRING_ENABLE, RX, k & 1), 0)
+                    toggles[0] += 1
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+        th = threading.Thread(target=toggle, daemon=True)
+        th.start()
+        try:
+            sent, got = self.flows_to(g, MAC_C, b"TG", 2.0)
+        finally:
+            stop.set()
+            th.join()
+        self.assertFalse(errors, errors)
+        self.assertEqual(g.state(SET_VRING_ENABLE, RX, 1), 0)
+        st = self.wait_accounted(g, "c", sent, got, b"TG")
+        self.assertOrderedOnce(got, b"TG")
+        _log("%d toggles; to c %s sent, %d arrived, %d handed off" % (
+            toggles[0], sent, len(got), self.handed(st, "c") - self.handed(self.before, "c")))
+        self.assertGreater(self.handed(st, "c") - self.handed(self.before, "c"), 0)
+        self.assertNoConcurrentEntries()
+
+    def test_03_memory_table_replaced(self):
+        """c's memory table replaced in a loop (SET_MEM_TABLE: the same memfd again, then
+        with a second region of a new memfd added, then without it) while a and b send it
+        frames: every frame arrives once and in order, or is counted; the extra regions'
+        mappings are gone after (after())."""
+        g = self.h.guest("c")
+        self.h.learn(g, MAC_C)
+        self.senders_to("c")
+        g.rx.post()
+        stop = threading.Event()
+        errors = []
+        swaps = [0]
+
+        def remap():
+            try:
+                while not stop.is_set():
+                    k = swaps[0] % 3
+                    if k == 1:
+                        extra = Region(1 << 20, 0x80000000, 0x7f3400000000, name="vhu-extra")
+                        self.assertEqual(g.set_mem_table(g.mem.regions + [extra]), 0)
+                        extra.close()  # the switch keeps its own mapping until the next table
+                    else:
+                        self.assertEqual(g.set_mem_table(g.mem.regions), 0)
+                    swaps[0] += 1
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+        th = threading.Thread(target=remap, daemon=True)
+        th.start()
+        try:
+            sent, got = self.flows_to(g, MAC_C, b"MT", 2.0)
+        finally:
+            stop.set()
+            th.join()
+        self.assertFalse(errors, errors)
+        self.assertEqual(g.set_mem_table(g.mem.regions), 0)
+        st = self.wait_accounted(g, "c", sent, got, b"MT")
+        self.assertOrderedOnce(got, b"MT")
+        _log("%d table changes; to c %s sent, %d arrived" % (swaps[0], sent, len(got)))
+        self.assertGreater(self.handed(st, "c") - self.handed(self.before, "c"), 0)
+        self.assertNoConcurrentEntries()
+
+    def test_04_receiver_reconnects(self):
+        """c disconnects and reconnects (a new session each time: new memory, new rings) in
+        a loop while a and b send it frames: the switch stays up, nothing from an old
+        session is written into a new one (each session's frames arrive in order), the
+        healthy pair forwards (after())."""
+        cycles = 0
+        t_end = time.monotonic() + 2.5
+        handed = 0
+        while time.monotonic() < t_end:
+            g = self.h.guest("c")
+            g.rx.post()
+            self.h.learn(g, MAC_C)
+            sent, got = self.flows_to(g, MAC_C, b"RC", 0.15)
+            self.assertOrderedOnce(got, b"RC")
+            g.close()
+            self.h.hostiles.remove(g)
+            cycles += 1
+        st = self.h.stats()
+        _log("%d sessions of c" % cycles)
+        self.assertGreater(self.handed(st, "c") - self.handed(self.before, "c"), 0)
+        self.assertNoConcurrentEntries()
+
+    def test_05_rebalance_loop(self):
+        """`ctl pmd-rebalance` in a loop while a and b exchange frames both ways and c and
+        d send each other frames: every frame arrives once and in order."""
+        c = self.h.guest("c")
+        d = self.h.guest("d")
+        for g, m in ((c, MAC_C), (d, MAC_D)):
+            g.rx.post()
+            self.h.learn(g, m)
+        stop = threading.Event()
+        errors = []
+        n = [0]
+
+        def rebalance():
+            try:
+                while not stop.is_set():
+                    self.h.ctl("pmd-rebalance")
+                    n[0] += 1
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+        th = threading.Thread(target=rebalance, daemon=True)
+        th.start()
+        pairs = ((self.h.a, MAC_A, self.h.b, MAC_B), (self.h.b, MAC_B, self.h.a, MAC_A),
+                 (c, MAC_C, d, MAC_D), (d, MAC_D, c, MAC_C))
+        bad = []
+        try:
+            t_end = time.monotonic() + 2.5
+            while time.monotonic() < t_end:
+                for src, sm, dst, dm in pairs:
+                    ok = self.h.exchange(src, sm, dst, dm, 16, 3, b"RBAL")
+                    if ok != 16:
+                        bad.append((mac_str(sm), mac_str(dm), ok))
+        finally:
+            stop.set()
+            th.join()
+        self.assertFalse(errors, errors)
+        self.assertFalse(bad, "exchanges short (src, dst, frames in order of 16): %s" % bad)
+        _log("%d rebalances" % n[0])
+        self.assertGreater(n[0], 3)
+        self.assertNoConcurrentEntries()
+
+    def test_06_jumbo_frames_handed_off(self):
+        """64 KiB frames (no GSO: one frame each, max frame 65549 bytes) from d to c, which
+        posts 64 KiB receive buffers (d's frames are handed off: asserted): 4 frames sent
+        one at a time all arrive byte for byte; then bursts of 4 (the 512 KiB ring holds 7)
+        all arrive too."""
+        mem = Memory.simple(size=16 << 20)
+        c = self.h.connect("c")
+        c.negotiate(mem=mem, rings=False)
+        c.rx = BigRxQueue(c.mem, 16)
+        c.tx = TxQueue(c.mem, 64)
+        for i, q in ((RX, c.rx), (TX, c.tx)):
+            c.start_vring(i, q)
+        for i in (RX, TX):
+            Guest.check(c.state(SET_VRING_ENABLE, i, 1), "SET_VRING_ENABLE")
+        c.rx.post()
+        self.h.learn(c, MAC_C)
+        d = self.h.guest("d", mem=Memory.simple(size=16 << 20))
+        self.h.learn(d, MAC_D)
+        st = self.h.stats()
+        self.assertNotEqual(self.q0(st, "d")["pmd"], self.q0(st, "c")["rx_writer_pmd"],
+                            "d's frames to c would not be handed off: %s" % vltest.fmt_stats(st))
+        bufs = [d.mem.alloc(65536 + 64, 64) for _ in range(16)]
+
+        def big(i, k):
+            body = (b"JUMBO" + struct.pack(">HH", k, i)) + bytes(((j * 13 + i) & 0xff for j in range(65535 - 9)))
+            return frame(MAC_C, MAC_D, body, size=65535 + 14)[:65535 + 14]
+
+        def send_burst(frames):
+            heads = []
+            for j, fr in enumerate(frames):
+                d.tx.reclaim()
+                h = d.tx.free.pop(0)
+                d.mem.write(bufs[j], b"\0" * HDR_LEN + fr)
+                d.tx.set_desc(h, bufs[j], HDR_LEN + len(fr))
+                d.tx.put_avail(h, publish=False)
+                heads.append(h)
+            d.tx.publish()
+            self.assertTrue(d.tx.wait_done(5))
+
+        def receive(n):
+            got = []
+            deadline = time.monotonic() + 5
+            while len(got) < n and time.monotonic() < deadline:
+                got += [f for f in c.rx.take() if f[14:19] == b"JUMBO"]
+                time.sleep(0.005)
+            return got
+        bursts = [(0, 1), (1, 1), (2, 1), (3, 1), (4, 4), (5, 4)]
+        # Known limit, not in CI: a burst of more than 7 such frames overflows the 512 KiB
+        # ring in one flush (handoff_full although c has 16 buffers posted). Reproduce with
+        # VL_HANDOFF_JUMBO_BURST=16 (at most 16).
+        if os.environ.get("VL_HANDOFF_JUMBO_BURST"):
+            bursts.append((6, min(int(os.environ["VL_HANDOFF_JUMBO_BURST"]), 16)))
+        for k, burst in bursts:
+            frames = [big(i, k) for i in range(burst)]
+            send_burst(frames)
+            got = receive(burst)
+            st = self.h.stats()
+            self.assertEqual([len(f) for f in got], [len(f) for f in frames],
+                             "burst %d: %s" % (k, vltest.fmt_stats(st)))
+            self.assertTrue(got == frames, "burst %d: frames corrupted" % k)
+        st = self.h.stats()
+        self.assertGreaterEqual(self.handed(st, "c") - self.handed(self.before, "c"), 12)
+        self.assertNoConcurrentEntries()
+
+
+class HandoffInterrupt(Handoff):
+    """The Handoff scenarios with `--pmd-mode interrupt` (the writer sleeps when idle), and
+    a frame handed to a sleeping writer: it must be woken (not wait for its 1 s epoll
+    timeout or the next kick)."""
+
+    SWITCH_ARGS = ("--pmd-mode", "interrupt")
+
+    def test_00_frame_to_a_sleeping_writer(self):
+        """20 times: both PMD threads asleep (pmd-stats sleeps moving, nothing to do), then
+        one frame a -> b or b -> a that is handed off: it arrives, and the switch's own queue
+        age for it (queue_age_max_ns on the receiver: from the burst's poll to the delivery
+        into the guest, handoff wait included) stays far below the 1 s a sleeping writer
+        not woken would take."""
+        st = self.h.stats()
+        for (src, sm, dst, dm, name) in ((self.h.a, MAC_A, self.h.b, MAC_B, "b"),
+                                         (self.h.b, MAC_B, self.h.a, MAC_A, "a")):
+            via = [g for g, _ in self.senders_to(name)]
+            if src not in via:
+                continue
+            age0 = st[name]["queue_age_max_ns"]
+            for i in range(10):
+                dst.rx.take()
+                time.sleep(0.05)  # both threads idle: asleep in interrupt mode
+                fr = frame(dm, sm, b"SLEEP" + struct.pack(">I", i))
+                src.tx.send_frame(fr)
+                deadline = time.monotonic() + 2
+                got = []
+                while not got and time.monotonic() < deadline:
+                    got = [f for f in dst.rx.take() if f[14:19] == b"SLEEP"]
+                    time.sleep(0.001)
+                self.assertEqual(got, [fr], "frame %d to %s" % (i, name))
+            st = self.h.stats()
+            age = st[name]["queue_age_max_ns"]
+            _log("queue age max at %s: %.3f ms (before %.3f ms)" % (name, age / 1e6, age0 / 1e6))
+            self.assertLess(age, 200e6, "a handed-off frame waited %.1f ms for its writer" % (age / 1e6))
+        pmds = self.h.ctl("pmd-stats")
+        _log("pmd-stats: %s" % pmds)
+
+
 def main():
     vltest.main(default_timeout=170)
 
