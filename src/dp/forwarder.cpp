@@ -364,9 +364,18 @@ void Forwarder::hand_off(uint32_t o, uint32_t via, uint32_t qi, uint32_t gen,
     for (uint32_t j = 0; j < n; ++j) counters_[pool_[slots[j]].src].drop(Drop::kNoDestination);
     return;
   }
+  // A frame without GSO above the receiver's largest frame is too_big at delivery
+  // (offload/deliver.cpp): drop it here rather than copy up to half the ring for nothing,
+  // which let a front-end sending oversized frames starve every other port's handoffs on
+  // this pair of threads (hostile Handoff.test_07).
+  const uint32_t max_frame = t_->ports[o]->dp().max_frame;
   uint32_t sent = 0;
   for (uint32_t j = 0; j < n; ++j) {
     const Slot& sl = pool_[slots[j]];
+    if (sl.len > max_frame && sl.hdr.gso_type == kNetHdrGsoNone) [[unlikely]] {
+      counters_[o].drop(Drop::kTooBig);
+      continue;
+    }
     if (ring->push(sl.segs, sl.nsegs, sl.len, sl.hdr, static_cast<uint8_t>(o),
                    static_cast<uint8_t>(qi), sl.src, gen, sl.t_ns)) [[likely]] {
       ++sent;

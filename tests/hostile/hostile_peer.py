@@ -3943,6 +3943,64 @@ class Handoff(HostileCase):
         self.assertGreaterEqual(self.handed(st, "c") - self.handed(self.before, "c"), 12)
         self.assertNoConcurrentEntries()
 
+    def test_07_oversized_frames_do_not_starve_the_ring(self):
+        """d floods 200 KB frames without GSO (above any port's largest frame: too_big) to
+        the healthy port written by the thread that does not poll d, while the healthy port
+        polled by d's thread sends it frames through the same handoff ring: every healthy
+        frame arrives in order, the flood is too_big on the receiver, nothing is
+        handoff_full. (The oversized frames used to be copied into the ring, two fill it,
+        and ~1 healthy frame in 6 was dropped as handoff_full.)"""
+        d = self.h.guest("d", mem=Memory.simple(size=16 << 20))
+        self.h.learn(d, MAC_D)
+        st = self.h.stats()
+        dp = self.q0(st, "d")["pmd"]
+        if self.q0(st, "a")["rx_writer_pmd"] != dp:
+            vname, vmac, src, smac, sname = "a", MAC_A, self.h.b, MAC_B, "b"
+        else:
+            vname, vmac, src, smac, sname = "b", MAC_B, self.h.a, MAC_A, "a"
+        self.assertNotEqual(self.q0(st, vname)["rx_writer_pmd"], dp, vltest.fmt_stats(st))
+        self.assertEqual(self.q0(st, sname)["pmd"], dp, "%s and d polled by different "
+                         "threads: %s" % (sname, self.h.ctl("pmd-rxq-show")))
+        fr = frame(vmac, MAC_D, b"HUGE", size=200000)
+        buf = d.mem.alloc(HDR_LEN + len(fr), 64)
+        d.mem.write(buf, b"\0" * HDR_LEN + fr)
+        stop = threading.Event()
+        errors = []
+
+        def flood():
+            try:
+                while not stop.is_set():
+                    d.tx.reclaim()
+                    for _ in range(min(8, len(d.tx.free))):
+                        h = d.tx.free.pop(0)
+                        d.tx.set_desc(h, buf, HDR_LEN + len(fr))
+                        d.tx.put_avail(h, publish=False)
+                    d.tx.publish()
+                    time.sleep(0.0005)
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+        th = threading.Thread(target=flood, daemon=True)
+        th.start()
+        short = total = 0
+        try:
+            t_end = time.monotonic() + 2
+            while time.monotonic() < t_end:
+                ok = self.h.exchange(src, smac, self.h.a if vname == "a" else self.h.b, vmac,
+                                     16, 2, b"VICT")
+                total += 16
+                short += 16 - ok
+        finally:
+            stop.set()
+            th.join()
+        self.assertFalse(errors, errors)
+        self.assertTrue(d.tx.wait_done(3))
+        st = self.h.stats()
+        self.assertEqual(short, 0, "%d of %d frames %s -> %s lost or out of order while d "
+                         "flooded: %s" % (short, total, sname, vname, vltest.fmt_stats(st)))
+        self.assertGreater(Harness.delta(self.before, st, vname, "too_big"), 0)
+        self.assertDelta(vname, "handoff_full", 0, st)
+        self.assertGreater(self.handed(st, vname) - self.handed(self.before, vname), 0)
+
 
 class HandoffInterrupt(Handoff):
     """The Handoff scenarios with `--pmd-mode interrupt` (the writer sleeps when idle), and
