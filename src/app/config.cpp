@@ -155,6 +155,10 @@ bool load_toml(const std::string& file, SwitchConfig* out, std::string* err) {
       if (s == "roundrobin") cfg.pmd.rxq_assign = dp::RxqAssign::kRoundRobin;
       else if (s == "cycles") cfg.pmd.rxq_assign = dp::RxqAssign::kCycles;
       else { *err = fmt::format("pmd_rxq_assign '{}' (roundrobin or cycles)", s); return false; }
+    } else if (key == "pmd_rx_writers") {
+      if (!get_str(v, "pmd_rx_writers", &s, err)) return false;
+      if (s == "follow" || s == "fixed") cfg.pmd.follow_writers = s == "follow";
+      else { *err = fmt::format("pmd_rx_writers '{}' (follow or fixed)", s); return false; }
     } else if (key == "pmd_idle_us") {
       if (!get_int<uint32_t>(v, "pmd_idle_us", 1, 10000000, &cfg.pmd.idle_us, err)) return false;
     } else if (key == "flush") {

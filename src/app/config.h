@@ -53,8 +53,8 @@ std::optional<port::VhostPortConfig> parse_port_spec(const std::string& spec, st
 std::optional<dp::ForwardMode> parse_forward(const std::string& s);
 std::optional<dp::PmdMode> parse_pmd_mode(const std::string& s);
 
-/// Reads a TOML file into `cfg` (keys: forward, pmd_cores, pmd_mode, pmd_idle_us, pmd_rxq_assign, flush,
-/// control, mac_aging_s, mac_table_buckets, mac_limit, burst, socket_mode, socket_owner,
+/// Reads a TOML file into `cfg` (keys: forward, pmd_cores, pmd_mode, pmd_idle_us, pmd_rxq_assign,
+/// pmd_rx_writers, flush, control, mac_aging_s, mac_table_buckets, mac_limit, burst, socket_mode, socket_owner,
 /// socket_group, max_guest_memory_gib, [[port]] tables with name, type, path, mtu,
 /// socket_mode, socket_owner, socket_group, max_guest_memory_gib, mrg_rxbuf, flush, max_queues,
 /// offloads, and [[link]] tables with a, b). Returns false with `*err` on any unknown or

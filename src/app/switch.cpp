@@ -190,6 +190,7 @@ void Switch::on_tick() {
   const uint32_t now = mono_s();
   tables_.now_s.store(now, std::memory_order_relaxed);
   pmds_->watchdog();  // a PMD thread blocked on a front-end's fd is interrupted (dp/pmd.h)
+  pmds_->place_rx_writers();  // receive-queue writers follow traffic (dp/pmd.h)
   for (uint32_t i = 0; i < ports_.size(); ++i) {
     const bool was_connected = ports_[i]->backend().connected();
     ports_[i]->on_tick();

@@ -53,6 +53,12 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
                 "how rxqs (port, queue pair) go to PMD threads: roundrobin (default) or cycles "
                 "(by measured load, like OVS pmd-rxq-assign=cycles)")
       ->check(CLI::IsMember({"roundrobin", "cycles"}));
+  s->add_option("--pmd-rx-writers", a.pmd_rx_writers,
+                "with fewer enabled receive queues than PMD threads, which thread writes a "
+                "port's queue: fixed (default: dealt by port id, or by the peer's with "
+                "xconnect; other threads hand their frames over) or follow (moved every "
+                "second to the thread that sends it most; a move drops a few frames)")
+      ->check(CLI::IsMember({"follow", "fixed"}));
 }
 
 int run_switch(const SwitchArgs& a) {
@@ -76,6 +82,7 @@ int run_switch(const SwitchArgs& a) {
     for (auto& p : cfg.ports) p.max_queues = a.max_queues;
   if (!a.pmd_rxq_assign.empty())
     cfg.pmd.rxq_assign = a.pmd_rxq_assign == "cycles" ? dp::RxqAssign::kCycles : dp::RxqAssign::kRoundRobin;
+  if (!a.pmd_rx_writers.empty()) cfg.pmd.follow_writers = a.pmd_rx_writers == "follow";
   if (!a.forward.empty()) cfg.forward = *app::parse_forward(a.forward);
   if (!a.pmd_cores.empty()) {
     auto c = parse_cpu_list(a.pmd_cores);

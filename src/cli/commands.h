@@ -28,6 +28,7 @@ struct SwitchArgs {
   uint64_t max_guest_memory_gib = 0;
   uint32_t max_queues = 0;       ///< 0: per port (default 8)
   std::string pmd_rxq_assign;    ///< roundrobin | cycles
+  std::string pmd_rx_writers;    ///< follow | fixed
 };
 void add_switch_command(CLI::App& app, SwitchArgs& a);
 int run_switch(const SwitchArgs& a);

@@ -299,6 +299,7 @@ void Forwarder::flush_port(uint32_t o, uint64_t prev_check_ns) {
   const port::PortDp::RxTargets& tg = od.rx_for[thread_];
   tq.n = 0;
   held_ &= ~bit(o);
+  PortCounters::add(routed_[o], cnt);
   if (!op->active() || !tg.n) {
     for (uint32_t j = 0; j < cnt; ++j) {
       const uint16_t s = tq.slot[j];

@@ -115,6 +115,9 @@ class Forwarder {
   uint32_t drain_handoffs();
   /// Frames handed to this thread and not yet drained (checked before sleeping).
   bool handoff_pending() const;
+  /// Frames this thread routed to output `port` (delivered itself or handed off), for
+  /// PmdSet::place_rx_writers (relaxed; single writer).
+  uint64_t routed(uint32_t port) const { return routed_[port].load(std::memory_order_relaxed); }
 
   /// Counters of `port` as seen by this thread.
   const port::PortCounters& counters(uint32_t port) const { return counters_[port]; }
@@ -222,6 +225,7 @@ class Forwarder {
   std::atomic<uint64_t> gap_max_ns_{0};
   port::PortCounters counters_[port::kMaxPorts];
   port::QueueCounters qcounters_[port::kMaxPorts][port::kMaxQueuePairs];
+  std::atomic<uint64_t> routed_[port::kMaxPorts] = {};
   QueueAgeStats age_[port::kMaxPorts];
 };
 

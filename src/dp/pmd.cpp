@@ -474,6 +474,41 @@ void PmdSet::ports_changed() {
   reassign(false);
 }
 
+uint32_t PmdSet::place_rx_writers() {
+  const uint32_t n = static_cast<uint32_t>(threads_.size());
+  if (n < 2 || !running_) return 0;
+  constexpr uint64_t kMinFramesToMove = 1000;  // in one tick: below that a handoff costs little
+  uint32_t moved = 0;
+  for (uint32_t p = 0; p < tables_->nports; ++p) {
+    uint64_t delta[kMaxPmdThreads];
+    uint32_t best = 0;
+    for (uint32_t t = 0; t < n; ++t) {
+      const uint64_t r = threads_[t]->forwarder().routed(p);
+      delta[t] = r - routed_seen_[t][p];
+      routed_seen_[t][p] = r;
+      if (delta[t] > delta[best]) best = t;
+    }
+    port::VhostPort* vp = tables_->ports[p];
+    if (!opts_.follow_writers || !vp->active() || vp->linked_away()) continue;
+    const port::PortDp& d = vp->dp();
+    if (!d.rx_ready || d.rx_ready >= n) continue;  // every thread writes its own queues
+    const uint32_t cur = vp->rx_writer_rotation() % n;  // writes the first ready queue
+    if (best == cur || delta[best] < kMinFramesToMove || delta[best] <= 2 * delta[cur]) continue;
+    vp->move_rx_writers(best);
+    ++moved;
+    ++writer_moves_;
+    VL_LOG_RL(spdlog::level::info,
+              "port {}: receive queue writer moved from pmd {} to pmd {} ({} of the {} frames "
+              "routed to the port in the last second)",
+              vp->config().name, cur, best, delta[best], [&] {
+                uint64_t s = 0;
+                for (uint32_t t = 0; t < n; ++t) s += delta[t];
+                return s;
+              }());
+  }
+  return moved;
+}
+
 void PmdSet::set_kick_fd(uint32_t port, uint32_t queue, int old_fd, int new_fd) {
   if (port >= port::kMaxPorts || queue >= port::kMaxQueuePairs) return;
   kick_fd_[port][queue] = new_fd;

@@ -34,6 +34,13 @@
 // Handoff (dp/handoff.h): each pass also delivers the frames other threads handed to this
 // one (Forwarder::drain_handoffs); a thread does not sleep while any are waiting, and a
 // thread that hands frames to a sleeping one wakes it.
+// Writers follow traffic (--pmd-rx-writers follow; default fixed): once a control tick, for
+// each port with fewer enabled receive queues than threads, the thread that routed the most
+// frames to it in the last tick becomes the writer of its first queue, if it routed more
+// than twice as many as the current writer (and at least kMinFramesToMove): its frames then
+// need no handoff. The move is a pause and resume of the port's datapath view, so frames
+// routed to the port during it (a few milliseconds) are dropped as no_destination: hence
+// not the default, which never loses a frame it has room for.
 // Watchdog: a pass never waits on a front-end, but a front-end can make the one write a
 // PMD thread does to its fds (the call eventfd) block forever. A thread that is awake and
 // has not finished a pass for 10 ms while the control thread waits for it, or for a whole
@@ -97,6 +104,10 @@ struct PmdOptions {
   PmdMode mode = PmdMode::kPoll;
   uint32_t idle_us = 200;  ///< adaptive: idle time before sleeping (microseconds)
   RxqAssign rxq_assign = RxqAssign::kRoundRobin;
+  /// --pmd-rx-writers: `follow` (true) moves a port's receive-queue writer to the thread
+  /// that sends it most (PmdSet::place_rx_writers); `fixed` (default) keeps the initial
+  /// deal. A move pauses the port: frames routed to it meanwhile are dropped.
+  bool follow_writers = false;
 };
 
 class PmdThread {
@@ -204,6 +215,10 @@ class PmdSet final : public port::Quiescer {
   void watchdog();
   /// Also recomputes the assignment when the set of rxqs changed.
   void ports_changed() override;
+  /// Writers follow traffic (see the file comment); control thread, once a tick. Returns
+  /// the number of ports whose writers moved.
+  uint32_t place_rx_writers();
+  uint64_t writer_moves() const { return writer_moves_; }
   void set_kick_fd(uint32_t port, uint32_t queue, int old_fd, int new_fd) override;
   uint32_t num_threads() const override { return static_cast<uint32_t>(threads_.size()); }
 
@@ -219,6 +234,8 @@ class PmdSet final : public port::Quiescer {
   std::vector<std::unique_ptr<PmdThread>> threads_;
   /// The handoff rings between the threads (SwitchTables::handoff points at them).
   std::vector<std::unique_ptr<HandoffRing>> rings_;
+  uint64_t routed_seen_[kMaxPmdThreads][port::kMaxPorts] = {};  // place_rx_writers' last look
+  uint64_t writer_moves_ = 0;
   bool running_ = false;
   RxqLoad load_[port::kMaxPorts][port::kMaxQueuePairs];
   int owner_[port::kMaxPorts][port::kMaxQueuePairs];    ///< thread index or -1

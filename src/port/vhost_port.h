@@ -95,6 +95,17 @@ class VhostPort final : public vhost::DeviceHost {
   /// there are threads (PortDp::build_rx_targets `port`; default: the port's id). Set before
   /// the front-end connects.
   void set_rx_writer_rotation(uint32_t r) { rx_rotation_ = r; }
+  uint32_t rx_writer_rotation() const { return rx_rotation_; }
+  /// Changes the rotation of a live port and rebuilds its datapath view (a pause and a
+  /// resume: the PMD threads deliver what they hold first); its rings and memory do not
+  /// change, so a direct link is not revoked. Control thread.
+  void move_rx_writers(uint32_t rotation) {
+    rx_rotation_ = rotation;
+    ++in_link_op_;  // not a change of rings or memory (pause_datapath's link hook)
+    pause_datapath();
+    resume_datapath();
+    --in_link_op_;
+  }
   /// Pause/resume for the link manager's own changes (no hook call).
   void pause_for_link() {
     ++in_link_op_;
