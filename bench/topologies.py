@@ -88,8 +88,13 @@ class VirtlinkSwitch:
                                                                         max(SWITCH_CPU, GEN_CPU))
 
     def start(self, ports):
+        extra = ["--pmd-mode", self.pmd_mode]
+        if self.pmd_threads > 1:
+            # Receive-queue writers follow the traffic (README "Several PMD threads"): after
+            # the first second (the warm-up) no frame crosses threads, in bridge mode too.
+            extra += ["--pmd-rx-writers", "follow"]
         self.tb.start_switch(ports=ports, forward=self.mode, pmd_cores=self.pmd_cores(),
-                             extra=["--pmd-mode", self.pmd_mode], log_level="warn")
+                             extra=extra, log_level="warn")
         return {p: self.tb.sock(p) for p in ports}
 
     def wait_ready(self, ports, timeout=30):

@@ -367,7 +367,8 @@ def pmd_share_note(opts):
         return ""
     return ("; virtlink with --pmd-threads 2: PMD threads on CPUs %d and %d (--pmd-cores %d,%d), "
             "the one on CPU %d SHARES it with the generator (both busy-poll: the kernel "
-            "time-slices them); testpmd and OVS keep one forwarding thread" % (
+            "time-slices them), --pmd-rx-writers follow; testpmd and OVS keep one "
+            "forwarding thread" % (
                 min(topologies.SWITCH_CPU, topologies.GEN_CPU),
                 max(topologies.SWITCH_CPU, topologies.GEN_CPU),
                 min(topologies.SWITCH_CPU, topologies.GEN_CPU),
