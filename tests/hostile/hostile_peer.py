@@ -4010,33 +4010,42 @@ class HandoffInterrupt(Handoff):
     SWITCH_ARGS = ("--pmd-mode", "interrupt")
 
     def test_00_frame_to_a_sleeping_writer(self):
-        """20 times: both PMD threads asleep (pmd-stats sleeps moving, nothing to do), then
-        one frame a -> b or b -> a that is handed off: it arrives, and the switch's own queue
-        age for it (queue_age_max_ns on the receiver: from the burst's poll to the delivery
-        into the guest, handoff wait included) stays far below the 1 s a sleeping writer
-        not woken would take."""
-        st = self.h.stats()
+        """10 times each way: both PMD threads idle 50 ms (asleep in interrupt mode), then
+        one frame a -> b or b -> a that is handed off (asserted): it arrives, and the
+        switch's own queue age for it (the receiver's queue_age_histogram: from the poll of
+        the sender's burst to the delivery into the guest, handoff wait included) is at most
+        2^24 ns (16.8 ms) for most of them (a writer left asleep would deliver at its 1 s
+        epoll timeout). Not all: on this loaded 2-CPU machine a woken PMD thread now and
+        then waits hundreds of ms for its CPU, direct deliveries as much (measured)."""
+        def hist(st, name):
+            return {e: n for e, n in st[name]["queue_age_histogram"]}
         for (src, sm, dst, dm, name) in ((self.h.a, MAC_A, self.h.b, MAC_B, "b"),
                                          (self.h.b, MAC_B, self.h.a, MAC_A, "a")):
             via = [g for g, _ in self.senders_to(name)]
             if src not in via:
                 continue
-            age0 = st[name]["queue_age_max_ns"]
+            st0 = self.h.stats()
             for i in range(10):
                 dst.rx.take()
                 time.sleep(0.05)  # both threads idle: asleep in interrupt mode
                 fr = frame(dm, sm, b"SLEEP" + struct.pack(">I", i))
                 src.tx.send_frame(fr)
-                deadline = time.monotonic() + 2
+                deadline = time.monotonic() + 3
                 got = []
                 while not got and time.monotonic() < deadline:
                     got = [f for f in dst.rx.take() if f[14:19] == b"SLEEP"]
                     time.sleep(0.001)
                 self.assertEqual(got, [fr], "frame %d to %s" % (i, name))
             st = self.h.stats()
-            age = st[name]["queue_age_max_ns"]
-            _log("queue age max at %s: %.3f ms (before %.3f ms)" % (name, age / 1e6, age0 / 1e6))
-            self.assertLess(age, 200e6, "a handed-off frame waited %.1f ms for its writer" % (age / 1e6))
+            self.assertGreaterEqual(self.handed(st, name) - self.handed(st0, name), 10)
+            h0, h1 = hist(st0, name), hist(st, name)
+            # The last bucket's edge is the running maximum: compare by edge, new edges count.
+            grew = sorted(e for e, n in h1.items() if n > h0.get(e, 0))
+            _log("queue age buckets (upper edge ns) of these frames at %s: %s" % (name, grew))
+            self.assertTrue(grew, "no delivery counted in %s's queue age" % name)
+            fast = sum(n - h0.get(e, 0) for e, n in h1.items() if e <= 1 << 24)
+            self.assertGreaterEqual(fast, 7, "of 10 frames handed to a sleeping writer only %d "
+                                    "delivered within 16.8 ms: %s (before: %s)" % (fast, h1, h0))
         pmds = self.h.ctl("pmd-stats")
         _log("pmd-stats: %s" % pmds)
 
