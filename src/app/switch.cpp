@@ -355,7 +355,7 @@ void Switch::add_queues(uint32_t port, control::Json* out) const {
                   {"tx_bytes", txb},
                   {"no_rx_buffer", nobuf},
                   {"rx_writer_pmd", writer},
-                  {"rx_shared_by_threads", handed_to},
+                  {"rx_handoff_target", handed_to},
                   {"handoff_packets", handed},
                   {"concurrent_entries", rs.concurrent.load(std::memory_order_relaxed) +
                                              ts.concurrent.load(std::memory_order_relaxed)},

@@ -54,8 +54,10 @@ static_assert(sizeof(HandoffRecord) == 40);
 /// The SPSC ring from one PMD thread (producer) to another (consumer). See the file comment.
 class HandoffRing {
  public:
-  /// Ring size in bytes: 512 KiB (4096 frames of 64 bytes, 327 of 1518, 7 of 64 KiB).
-  static constexpr uint64_t kBytes = 512 * 1024;
+  /// Ring size in bytes: 2 MiB (16384 frames of 64 bytes, 1310 of 1518, 31 of 64 KiB: about
+  /// a whole burst of the largest TSO frames). Its pages are touched as records pass through,
+  /// so a ring in use costs 2 MiB of memory: T * (T - 1) rings for T PMD threads.
+  static constexpr uint64_t kBytes = 2 * 1024 * 1024;
   static constexpr uint64_t kAlign = 64;
 
   /// `consumer_sleeping`/`consumer_wake_fd`: the consumer thread's "asleep" flag and the

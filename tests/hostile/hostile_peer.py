@@ -3882,8 +3882,8 @@ class Handoff(HostileCase):
     def test_06_jumbo_frames_handed_off(self):
         """64 KiB frames (no GSO: one frame each, max frame 65549 bytes) from d to c, which
         posts 64 KiB receive buffers (d's frames are handed off: asserted): 4 frames sent
-        one at a time all arrive byte for byte; then bursts of 4 (the 512 KiB ring holds 7)
-        all arrive too."""
+        one at a time all arrive byte for byte; then bursts of 4, then one of 16 (as many as
+        c posts; the 2 MiB ring holds 31) all arrive too."""
         mem = Memory.simple(size=16 << 20)
         c = self.h.connect("c")
         c.negotiate(mem=mem, rings=False)
@@ -3925,12 +3925,9 @@ class Handoff(HostileCase):
                 got += [f for f in c.rx.take() if f[14:19] == b"JUMBO"]
                 time.sleep(0.005)
             return got
-        bursts = [(0, 1), (1, 1), (2, 1), (3, 1), (4, 4), (5, 4)]
-        # Known limit, not in CI: a burst of more than 7 such frames overflows the 512 KiB
-        # ring in one flush (handoff_full although c has 16 buffers posted). Reproduce with
-        # VL_HANDOFF_JUMBO_BURST=16 (at most 16).
-        if os.environ.get("VL_HANDOFF_JUMBO_BURST"):
-            bursts.append((6, min(int(os.environ["VL_HANDOFF_JUMBO_BURST"]), 16)))
+        # A burst of 16 overflowed the first, 512 KiB ring (7 fitted: handoff_full although c
+        # had 16 buffers posted); the 2 MiB ring takes it.
+        bursts = [(0, 1), (1, 1), (2, 1), (3, 1), (4, 4), (5, 4), (6, 16)]
         for k, burst in bursts:
             frames = [big(i, k) for i in range(burst)]
             send_burst(frames)

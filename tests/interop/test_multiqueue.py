@@ -128,7 +128,8 @@ class MultiQueue(unittest.TestCase):
             # so PMD thread 0 leaves CPU 0 to the generator most of the time.
             tb.start_switch(ports=["a", "b", "c", "d"], forward="xconnect", pmd_cores="0,1",
                             extra=["--pmd-mode", "adaptive"])
-            gen, out = self.start_gen(tb, "abcd", 2000, 1.5, 128, 16)
+            # 2.5 s: room for a few live samples (under ASan a ctl call takes 100+ ms).
+            gen, out = self.start_gen(tb, "abcd", 2000, 2.5, 128, 16)
             live = {}
 
             def sample():
@@ -191,7 +192,7 @@ class MultiQueue(unittest.TestCase):
                 self.assertEqual(live["st"][n]["queues"][0]["pmd"], owner[(n, 0)])
                 self.assertEqual(live["st"][n]["queues"][0]["rx_writer_pmd"], owner[(peer[n], 0)])
                 self.assertEqual(q0["last_rx_thread"], owner[(peer[n], 0)], q0)
-                self.assertTrue(live["st"][n]["queues"][0]["rx_shared_by_threads"])
+                self.assertTrue(live["st"][n]["queues"][0]["rx_handoff_target"])
                 self.assertEqual(q0["handoff_packets"], 0, q0)
                 self.assertEqual(q0["tx_packets"], st[n]["tx_packets"])
                 self.assertEqual(q0["rx_packets"], st[n]["rx_packets"])
@@ -277,7 +278,7 @@ class MultiQueue(unittest.TestCase):
             q0 = st[n]["queues"][0]
             vltest.log("%s queue 0: %s" % (n, json.dumps(q0)))
             self.assertEqual(q0["concurrent_entries"], 0, q0)
-            self.assertTrue(live["st"][n]["queues"][0]["rx_shared_by_threads"])
+            self.assertTrue(live["st"][n]["queues"][0]["rx_handoff_target"])
         return doc, st, live, owner
 
     def test_two_pmds_bridge_writers_follow_traffic(self):

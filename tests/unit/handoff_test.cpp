@@ -73,7 +73,7 @@ TEST(HandoffRing, FullRingRefusesUntilTheConsumerReleases) {
   const uint32_t len = 1518;
   uint32_t n = 0;
   while (push(r, n, len)) ++n;
-  // 512 KiB of 1600-byte records (40-byte header + 1518, rounded up to 64).
+  // The ring's bytes in 1600-byte records (40-byte header + 1518, rounded up to 64).
   EXPECT_EQ(n, HandoffRing::kBytes / 1600);
   r.publish();
   EXPECT_FALSE(push(r, n, len));
@@ -106,7 +106,7 @@ TEST(HandoffRing, RecordsNeverWrapAndSizesMixAcrossManyLaps) {
   }
   r.release();
   EXPECT_EQ(got, pushed);
-  EXPECT_GT(pushed, 4000u);  // many laps of the 512 KiB ring
+  EXPECT_GT(pushed, 4000u);  // several laps of the ring (about 13 KB a frame on average)
 }
 
 TEST(HandoffRing, ProducerAndConsumerThreads) {
