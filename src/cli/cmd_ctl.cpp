@@ -125,7 +125,10 @@ int run_ctl(const CtlArgs& a) {
   Json result;
   std::string err;
   if (!control::request(path, a.command, args, &result, &err)) {
-    fmt::print(stderr, "virtlink ctl {}: {}\n", a.command, err);
+    const bool unreachable = err.find("Connection refused") != std::string::npos ||
+                             err.find("No such file") != std::string::npos;
+    fmt::print(stderr, "virtlink ctl {}: {}{}\n", a.command, err,
+               unreachable ? fmt::format(" (is the switch running with --control {}?)", path) : "");
     return 1;
   }
   if (a.json) {

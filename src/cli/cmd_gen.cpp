@@ -172,6 +172,11 @@ int run_gen(const GenArgs& a) {
     p.queues = a.queues;
     c.ports.push_back(p);
   }
+  if (c.ports.empty() || c.ports.size() % 2) {  // a usage error, like the switch's xconnect check
+    spdlog::error("gen needs an even number of --port (streams pair them 1<->2, 3<->4, ...), "
+                  "got {}", c.ports.size());
+    return 2;
+  }
   if (!parse_size(a.size, &c.frame_size)) {
     spdlog::error("--size {}: expected imix or {}..{}", a.size, gen::kMinFrame, gen::kMaxFrame);
     return 2;

@@ -225,6 +225,8 @@ class Faults(unittest.TestCase):
                 (["switch", "--burst", "65"] + port_a, "--burst 65"),
                 (["switch", "--forward", "xconnect"] + port_a, "port 'a' has no peer"),
                 (["switch", "--config", cfg, "--control", tb.ctl_path], "port 'd' has no peer"),
+                (["gen", "--port", "g0=vhost-user-client:" + tb.sock("a"), "--duration", "1"],
+                 "even number of --port"),
             ]
             for argv, msg in cases:
                 r = run(*argv)
@@ -245,6 +247,10 @@ class Faults(unittest.TestCase):
                 self.assertEqual(r.returncode, 0, (argv, r.stderr))
                 self.assertIn(out, r.stdout.decode(), argv)
                 self.assertNotEqual(r.stdout.strip(), b"", argv)
+            # ctl to a switch that is not running: exit 1 (not a usage error), with a hint.
+            r = run("ctl", "--control", os.path.join(tb.dir, "none.ctl"), "stats")
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("is the switch running", r.stderr.decode(), r.stderr)
 
     def test_unpinned_pmd_and_port_names(self):
         """An unpinned PMD thread (no --pmd-cores) is "cpu any" in the log and in the text of

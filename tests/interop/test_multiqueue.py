@@ -122,6 +122,18 @@ class MultiQueue(unittest.TestCase):
         tb.procs.append(gen)
         return gen, out
 
+    def finish_gen(self, tb, gen, out, sample):
+        """Calls `sample()` every 0.2 s until it returns true (the generator ended), then
+        checks the generator's exit status. Returns (its JSON report, the switch's stats
+        once quiet)."""
+        vltest._wait(sample, 60, "the generator to finish", 0.2)
+        self.assertEqual(gen.p.returncode, 0, gen.output()[-4000:])
+        with open(out) as f:
+            doc = json.load(f)
+        st = tb.wait_quiet()
+        vltest.log("switch %s" % vltest.fmt_stats(st))
+        return doc, st
+
     def test_two_pmds_four_ports(self):
         with vltest.Testbed(self) as tb:
             # adaptive: the PMD threads sleep on their rxqs' kick eventfds between bursts,
@@ -148,12 +160,7 @@ class MultiQueue(unittest.TestCase):
                 except AssertionError:
                     pass
                 return not gen.alive()
-            vltest._wait(sample, 60, "the generator to finish", 0.2)
-            self.assertEqual(gen.p.returncode, 0, gen.output()[-4000:])
-            with open(out) as f:
-                doc = json.load(f)
-            st = tb.wait_quiet()
-            vltest.log("switch %s" % vltest.fmt_stats(st))
+            doc, st = self.finish_gen(tb, gen, out, sample)
             streams = doc["streams"]
             self.assertEqual(len(streams), 4)
             for s in streams:
@@ -242,12 +249,7 @@ class MultiQueue(unittest.TestCase):
             except AssertionError:
                 pass
             return not gen.alive()
-        vltest._wait(sample, 60, "the generator to finish", 0.2)
-        self.assertEqual(gen.p.returncode, 0, gen.output()[-4000:])
-        with open(out) as f:
-            doc = json.load(f)
-        st = tb.wait_quiet()
-        vltest.log("switch %s" % vltest.fmt_stats(st))
+        doc, st = self.finish_gen(tb, gen, out, sample)
         lost = 0
         for s in doc["streams"]:
             self.assertGreater(s["tx"], rate * duration * 0.8, s)
