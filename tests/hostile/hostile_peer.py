@@ -26,6 +26,7 @@ Notify (call fds the front-end makes block), Shutdown (SIGTERM while a PMD threa
 blocked), Traffic (testpmd flooding while a front-end misbehaves).
 `VLTEST_KEEP=1` keeps the switch log; see tests/hostile/README.md.
 """
+import contextlib
 import ctypes
 import fcntl
 import mmap
@@ -901,6 +902,30 @@ class HostileCase(unittest.TestCase):
         _log("%s: %.1f s" % (self.id().split(".")[-1], time.monotonic() - self.t0))
 
     # -- assertion helpers ---------------------------------------------------------------------
+    @contextlib.contextmanager
+    def looping(self, step):
+        """Calls `step(i)` (i = 0, 1, ...) in a loop on a thread while the body runs; yields
+        a one-item list holding the number of calls; fails the test if `step` raised."""
+        stop = threading.Event()
+        errors = []
+        count = [0]
+
+        def run():
+            try:
+                while not stop.is_set():
+                    step(count[0])
+                    count[0] += 1
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+        th = threading.Thread(target=run, daemon=True)
+        th.start()
+        try:
+            yield count
+        finally:
+            stop.set()
+            th.join()
+        self.assertFalse(errors, errors)
+
     def assertRefused(self, outcome, what):
         self.assertIn(outcome, ("nack", "closed"), "%s: the switch %s it" % (what, outcome))
 
@@ -3747,27 +3772,11 @@ class Handoff(HostileCase):
         self.h.learn(g, MAC_C)
         self.senders_to("c")
         g.rx.post()
-        stop = threading.Event()
-        errors = []
-        toggles = [0]
 
-        def toggle():
-            try:
-                k = 0
-                while not stop.is_set():
-                    k += 1
-                    self.assertEqual(g.state(SET_VRING_ENABLE, RX, k & 1), 0)
-                    toggles[0] += 1
-            except Exception as e:  # noqa: BLE001
-                errors.append(e)
-        th = threading.Thread(target=toggle, daemon=True)
-        th.start()
-        try:
+        def toggle(k):  # enable first, then disable, ...
+            self.assertEqual(g.state(SET_VRING_ENABLE, RX, (k + 1) & 1), 0)
+        with self.looping(toggle) as toggles:
             sent, got = self.flows_to(g, MAC_C, b"TG", 2.0)
-        finally:
-            stop.set()
-            th.join()
-        self.assertFalse(errors, errors)
         self.assertEqual(g.state(SET_VRING_ENABLE, RX, 1), 0)
         st = self.wait_accounted(g, "c", sent, got, b"TG")
         self.assertOrderedOnce(got, b"TG")
@@ -3785,31 +3794,16 @@ class Handoff(HostileCase):
         self.h.learn(g, MAC_C)
         self.senders_to("c")
         g.rx.post()
-        stop = threading.Event()
-        errors = []
-        swaps = [0]
 
-        def remap():
-            try:
-                while not stop.is_set():
-                    k = swaps[0] % 3
-                    if k == 1:
-                        extra = Region(1 << 20, 0x80000000, 0x7f3400000000, name="vhu-extra")
-                        self.assertEqual(g.set_mem_table(g.mem.regions + [extra]), 0)
-                        extra.close()  # the switch keeps its own mapping until the next table
-                    else:
-                        self.assertEqual(g.set_mem_table(g.mem.regions), 0)
-                    swaps[0] += 1
-            except Exception as e:  # noqa: BLE001
-                errors.append(e)
-        th = threading.Thread(target=remap, daemon=True)
-        th.start()
-        try:
+        def remap(k):
+            if k % 3 == 1:
+                extra = Region(1 << 20, 0x80000000, 0x7f3400000000, name="vhu-extra")
+                self.assertEqual(g.set_mem_table(g.mem.regions + [extra]), 0)
+                extra.close()  # the switch keeps its own mapping until the next table
+            else:
+                self.assertEqual(g.set_mem_table(g.mem.regions), 0)
+        with self.looping(remap) as swaps:
             sent, got = self.flows_to(g, MAC_C, b"MT", 2.0)
-        finally:
-            stop.set()
-            th.join()
-        self.assertFalse(errors, errors)
         self.assertEqual(g.set_mem_table(g.mem.regions), 0)
         st = self.wait_accounted(g, "c", sent, got, b"MT")
         self.assertOrderedOnce(got, b"MT")
@@ -3847,33 +3841,16 @@ class Handoff(HostileCase):
         for g, m in ((c, MAC_C), (d, MAC_D)):
             g.rx.post()
             self.h.learn(g, m)
-        stop = threading.Event()
-        errors = []
-        n = [0]
-
-        def rebalance():
-            try:
-                while not stop.is_set():
-                    self.h.ctl("pmd-rebalance")
-                    n[0] += 1
-            except Exception as e:  # noqa: BLE001
-                errors.append(e)
-        th = threading.Thread(target=rebalance, daemon=True)
-        th.start()
         pairs = ((self.h.a, MAC_A, self.h.b, MAC_B), (self.h.b, MAC_B, self.h.a, MAC_A),
                  (c, MAC_C, d, MAC_D), (d, MAC_D, c, MAC_C))
         bad = []
-        try:
+        with self.looping(lambda k: self.h.ctl("pmd-rebalance")) as n:
             t_end = time.monotonic() + 2.5
             while time.monotonic() < t_end:
                 for src, sm, dst, dm in pairs:
                     ok = self.h.exchange(src, sm, dst, dm, 16, 3, b"RBAL")
                     if ok != 16:
                         bad.append((mac_str(sm), mac_str(dm), ok))
-        finally:
-            stop.set()
-            th.join()
-        self.assertFalse(errors, errors)
         self.assertFalse(bad, "exchanges short (src, dst, frames in order of 16): %s" % bad)
         _log("%d rebalances" % n[0])
         self.assertGreater(n[0], 3)
@@ -3961,35 +3938,22 @@ class Handoff(HostileCase):
         fr = frame(vmac, MAC_D, b"HUGE", size=200000)
         buf = d.mem.alloc(HDR_LEN + len(fr), 64)
         d.mem.write(buf, b"\0" * HDR_LEN + fr)
-        stop = threading.Event()
-        errors = []
-
-        def flood():
-            try:
-                while not stop.is_set():
-                    d.tx.reclaim()
-                    for _ in range(min(8, len(d.tx.free))):
-                        h = d.tx.free.pop(0)
-                        d.tx.set_desc(h, buf, HDR_LEN + len(fr))
-                        d.tx.put_avail(h, publish=False)
-                    d.tx.publish()
-                    time.sleep(0.0005)
-            except Exception as e:  # noqa: BLE001
-                errors.append(e)
-        th = threading.Thread(target=flood, daemon=True)
-        th.start()
+        def flood(k):
+            d.tx.reclaim()
+            for _ in range(min(8, len(d.tx.free))):
+                h = d.tx.free.pop(0)
+                d.tx.set_desc(h, buf, HDR_LEN + len(fr))
+                d.tx.put_avail(h, publish=False)
+            d.tx.publish()
+            time.sleep(0.0005)
         short = total = 0
-        try:
+        with self.looping(flood):
             t_end = time.monotonic() + 2
             while time.monotonic() < t_end:
                 ok = self.h.exchange(src, smac, self.h.a if vname == "a" else self.h.b, vmac,
                                      16, 2, b"VICT")
                 total += 16
                 short += 16 - ok
-        finally:
-            stop.set()
-            th.join()
-        self.assertFalse(errors, errors)
         self.assertTrue(d.tx.wait_done(3))
         st = self.h.stats()
         self.assertEqual(short, 0, "%d of %d frames %s -> %s lost or out of order while d "
