@@ -129,7 +129,9 @@ int run_ctl(const CtlArgs& a) {
                              err.find("No such file") != std::string::npos;
     fmt::print(stderr, "virtlink ctl {}: {}{}\n", a.command, err,
                unreachable ? fmt::format(" (is the switch running with --control {}?)", path) : "");
-    return 1;
+    // A command the switch does not know is a usage error (exit 2, like every other one);
+    // a failure of a known command is 1.
+    return err.rfind("unknown command", 0) == 0 ? 2 : 1;
   }
   if (a.json) {
     fmt::print("{}\n", result.dump(2));

@@ -241,6 +241,10 @@ class Faults(unittest.TestCase):
             with open(cfg) as f:
                 tb.start_switch(ports=["e"], forward=None, pmd_cores="1", config=f.read())
             self.assertEqual(sorted(tb.ports_info()), ["b", "c", "d", "e"])
+            # A command the switch does not know is a usage error too.
+            r = run("ctl", "--control", tb.ctl_path, "stat")
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("unknown command 'stat'", r.stderr.decode(), r.stderr)
             for argv, out in ((["--help"], "switch"), (["switch", "--help"], "--forward"),
                               (["--version"], "")):
                 r = run(*argv)
