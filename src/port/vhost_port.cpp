@@ -212,7 +212,7 @@ void VhostPort::drop_connection(const std::string& why) {
 void VhostPort::pause_datapath() {
   // A change of this port's rings or memory: a direct link that uses them is revoked first
   // (the peer unmaps and hands the rings back), so no two devices ever serve one ring.
-  if (pause_depth_ == 0 && !in_link_op_ && link_hooks_) link_hooks_->port_changing(id_);
+  if (pause_depth_ == 0 && !no_link_hook_ && link_hooks_) link_hooks_->port_changing(id_);
   if (pause_depth_++ > 0) return;
   active_.store(false, std::memory_order_seq_cst);
   quiescer_->wait_quiescent();

@@ -101,19 +101,19 @@ class VhostPort final : public vhost::DeviceHost {
   /// change, so a direct link is not revoked. Control thread.
   void move_rx_writers(uint32_t rotation) {
     rx_rotation_ = rotation;
-    ++in_link_op_;  // not a change of rings or memory (pause_datapath's link hook)
+    ++no_link_hook_;  // rings and memory stay: no direct link to revoke
     pause_datapath();
     resume_datapath();
-    --in_link_op_;
+    --no_link_hook_;
   }
   /// Pause/resume for the link manager's own changes (no hook call).
   void pause_for_link() {
-    ++in_link_op_;
+    ++no_link_hook_;
     pause_datapath();
   }
   void resume_for_link() {
     resume_datapath();
-    --in_link_op_;
+    --no_link_hook_;
   }
   /// While set (between pause_for_link and resume_for_link), the port is out of the
   /// switched path: no PMD thread polls or fills its rings; a direct-link peer serves them.
@@ -153,7 +153,9 @@ class VhostPort final : public vhost::DeviceHost {
   bool retry_logged_ = false;
   uint64_t connects_ = 0;
   LinkHooks* link_hooks_ = nullptr;
-  int in_link_op_ = 0;
+  /// Pauses that change neither rings nor memory (the link manager's own, a writer move):
+  /// pause_datapath calls no LinkHooks::port_changing for them.
+  int no_link_hook_ = 0;
   bool linked_away_ = false;
 };
 
