@@ -200,6 +200,7 @@ void Switch::on_tick() {
     }
   }
   links_.on_tick();
+  ctl_.expire();  // control clients past their request budget
   static uint32_t last_age = 0;
   if (now - last_age >= 5) {
     last_age = now;
@@ -229,7 +230,7 @@ int Switch::run() {
           stop_.store(true);
         }
       } else if (key == kKeyControl) {
-        ctl_.serve_one();
+        ctl_.on_ready();
       } else if (key < ports_.size()) {
         const uint32_t i = static_cast<uint32_t>(key);
         const bool was = ports_[i]->backend().connected();

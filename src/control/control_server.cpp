@@ -1,9 +1,11 @@
 #include "control/control_server.h"
 
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "util/log.h"
 #include "util/unix_socket.h"
 
 namespace vl::control {
@@ -38,29 +41,13 @@ bool read_line(int fd, std::string* out, size_t limit) {
   return false;
 }
 
-/// Reads one request line within `budget_ms` in all (not per read): a client that trickles
-/// bytes or sends nothing cannot hold the control thread, which also serves vhost-user
-/// messages and runs the PMD watchdog, longer than that.
-bool read_request_line(int fd, std::string* out, size_t limit, int budget_ms) {
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::milliseconds(budget_ms);
-  char buf[4096];
-  while (out->size() < limit) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) return false;
-    pollfd p{fd, POLLIN, 0};
-    const int r = poll(&p, 1, static_cast<int>(left));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    const ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n <= 0) return !out->empty();
-    out->append(buf, static_cast<size_t>(n));
-    if (out->find('\n') != std::string::npos) return true;
-  }
-  return false;
+int64_t now_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
+
+constexpr size_t kMaxLine = 1 << 16;  // request line, bytes
 
 /// Deepest nesting of arrays and objects in a JSON text (strings skipped). Parsing and
 /// copying a JSON value recurse once per level, so a request is refused before parsing
@@ -82,7 +69,6 @@ size_t json_depth(const std::string& s) {
   return deepest;
 }
 constexpr size_t kMaxDepth = 16;
-constexpr int kRequestBudgetMs = 200;
 
 bool write_all(int fd, const std::string& s) {
   size_t off = 0;
@@ -104,31 +90,121 @@ bool ControlServer::listen(const std::string& path, std::string* err) {
   if (!clear_stale_socket(path, a, "control socket", err)) return false;
   UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!s.valid() || bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      chmod(path.c_str(), 0600) != 0 || ::listen(s.get(), 8) != 0) {
+      chmod(path.c_str(), 0600) != 0 || ::listen(s.get(), 64) != 0) {
     *err = fmt::format("cannot listen on {}: {}", path, strerror(errno));
     return false;
   }
+  UniqueFd ep(epoll_create1(EPOLL_CLOEXEC));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = s.get();
+  if (!ep.valid() || epoll_ctl(ep.get(), EPOLL_CTL_ADD, s.get(), &ev) != 0) {
+    *err = fmt::format("control socket: epoll: {}", strerror(errno));
+    return false;
+  }
   listen_ = std::move(s);
+  epoll_ = std::move(ep);
   path_ = path;
   return true;
 }
 
 void ControlServer::close() {
+  pending_.clear();
+  epoll_.reset();
   if (listen_.valid()) {
     listen_.reset();
     unlink(path_.c_str());
   }
 }
 
-void ControlServer::serve_one() {
-  UniqueFd c(accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-  if (!c.valid()) return;
-  set_timeout(c.get(), 1);
-  std::string line;
+void ControlServer::remove(size_t i) {
+  epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, pending_[i].fd.get(), nullptr);
+  pending_[i] = std::move(pending_.back());
+  pending_.pop_back();
+}
+
+void ControlServer::accept_all() {
+  for (;;) {
+    UniqueFd c(accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!c.valid()) return;  // EAGAIN: none left (or a transient error: next readiness)
+    if (pending_.size() >= kMaxPending) {
+      size_t oldest = 0;
+      for (size_t i = 1; i < pending_.size(); ++i)
+        if (pending_[i].deadline_ms < pending_[oldest].deadline_ms) oldest = i;
+      VL_LOG_RL(spdlog::level::warn, "control socket: {} clients waiting; the oldest dropped",
+                kMaxPending);
+      remove(oldest);
+    }
+    set_timeout(c.get(), 1);  // the reply's send (reads use MSG_DONTWAIT)
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = c.get();
+    if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, c.get(), &ev) != 0) continue;
+    pending_.push_back({std::move(c), now_ms() + budget_ms_, {}});
+  }
+}
+
+bool ControlServer::read_from(Pending& p) {
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = recv(p.fd.get(), buf, sizeof buf, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return false;  // wait for more
+    if (n <= 0) {  // the client closed (or failed): answer what it sent, if anything
+      if (!p.line.empty()) answer(p.fd.get(), p.line);
+      return true;
+    }
+    p.line.append(buf, static_cast<size_t>(n));
+    const size_t nl = p.line.find('\n');
+    if (nl != std::string::npos) {
+      p.line.resize(nl);
+      answer(p.fd.get(), p.line);
+      return true;
+    }
+    if (p.line.size() >= kMaxLine) {
+      VL_LOG_RL(spdlog::level::warn, "control socket: a request line over {} bytes; dropped",
+                kMaxLine);
+      return true;
+    }
+  }
+}
+
+void ControlServer::expire() {
+  const int64_t now = now_ms();
+  for (size_t i = 0; i < pending_.size();) {
+    if (now < pending_[i].deadline_ms) {
+      ++i;
+      continue;
+    }
+    VL_LOG_RL(spdlog::level::warn,
+              "control socket: a client sent no complete request line within {} ms; dropped",
+              budget_ms_);
+    remove(i);
+  }
+}
+
+void ControlServer::on_ready() {
+  epoll_event evs[16];
+  const int n = epoll_wait(epoll_.get(), evs, 16, 0);
+  for (int e = 0; e < n; ++e) {
+    const int fd = evs[e].data.fd;
+    if (fd == listen_.get()) {
+      accept_all();
+      continue;
+    }
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      if (pending_[i].fd.get() != fd) continue;
+      if (read_from(pending_[i])) remove(i);
+      break;
+    }
+  }
+  expire();
+}
+
+void ControlServer::answer(int fd, const std::string& line) {
   Json reply;
-  if (!read_request_line(c.get(), &line, 1 << 16, kRequestBudgetMs)) return;
   if (json_depth(line) > kMaxDepth) {
-    write_all(c.get(), Json{{"ok", false}, {"error", "request nested too deeply"}}.dump() + "\n");
+    write_all(fd, Json{{"ok", false}, {"error", "request nested too deeply"}}.dump() + "\n");
     return;
   }
   const Json req = Json::parse(line, nullptr, false);
@@ -157,7 +233,7 @@ void ControlServer::serve_one() {
       }
     }
   }
-  write_all(c.get(), reply.dump() + "\n");
+  write_all(fd, reply.dump() + "\n");
 }
 
 bool request(const std::string& path, const std::string& cmd, const Json& args, Json* result,

@@ -4,9 +4,13 @@
 //   request: {"cmd": "stats", "args": {...}}
 //   reply:   {"ok": true, "result": ...}  or  {"ok": false, "error": "why"}
 // The socket file is created with mode 0600. Requests are served on the switch's control
-// thread, one connection at a time, each with a 1 s receive timeout.
+// thread; connections are multiplexed (epoll), so a client that is slow to send its line
+// (descheduled, or hostile) holds no other: each has kRequestBudgetMs from accept to
+// deliver its request line, at most kMaxPending wait at once (the oldest is dropped).
+#include <cstdint>
 #include <functional>
 #include <map>
+#include <vector>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -21,18 +25,47 @@ using Handler = std::function<bool(const Json& args, Json* result, std::string* 
 
 class ControlServer {
  public:
+  /// Time a connection has, from accept, to deliver its request line (ms).
+  static constexpr int kRequestBudgetMs = 3000;
+  /// Connections waiting for their request line at once; one more drops the oldest.
+  static constexpr size_t kMaxPending = 64;
+
   bool listen(const std::string& path, std::string* err);
   void close();
-  int fd() const { return listen_.get(); }
+  /// An epoll fd, readable when a client connects or sends: add it to the caller's epoll
+  /// and call on_ready() when it is readable.
+  int fd() const { return epoll_.get(); }
   void add(const std::string& cmd, Handler h) { handlers_[cmd] = std::move(h); }
-  /// Accepts and serves one client (called when fd() is readable).
-  void serve_one();
+  /// Accepts new clients, reads what they sent and answers every complete request line;
+  /// drops clients past their budget. Never blocks on a client's read (a reply is written
+  /// with a 1 s send timeout).
+  void on_ready();
+  /// Drops clients past their budget (call now and then, e.g. once a second).
+  void expire();
+  /// Overrides kRequestBudgetMs (tests).
+  void set_request_budget_ms(int ms) { budget_ms_ = ms; }
   const std::string& path() const { return path_; }
+  size_t pending() const { return pending_.size(); }
 
  private:
+  struct Pending {
+    UniqueFd fd;
+    int64_t deadline_ms;  // CLOCK_MONOTONIC
+    std::string line;
+  };
+  void accept_all();
+  /// Reads from pending_[i]; returns true when the connection is done with (answered,
+  /// closed by the client, over the size limit) and must be removed.
+  bool read_from(Pending& p);
+  void answer(int fd, const std::string& line);
+  void remove(size_t i);
+
   UniqueFd listen_;
+  UniqueFd epoll_;
   std::string path_;
   std::map<std::string, Handler> handlers_;
+  std::vector<Pending> pending_;
+  int budget_ms_ = kRequestBudgetMs;
 };
 
 /// Client side: sends {"cmd": cmd, "args": args} to the socket at `path` and returns the
