@@ -23,7 +23,8 @@ Forwarder::Forwarder(SwitchTables* t, uint64_t (*clock)(), uint32_t thread)
   for (uint32_t i = 0; i < port::kMaxPorts; ++i) src_old_[i] = src_young_[i] = kNoSlot;
 }
 
-uint16_t Forwarder::take_slot(uint32_t in, uint32_t qi, uint16_t head, uint16_t ring_descs) {
+[[gnu::always_inline]] inline uint16_t Forwarder::take_slot(uint32_t in, uint32_t qi, uint16_t head,
+                                                         uint16_t ring_descs) {
   const uint16_t s = free_[--nfree_];
   Slot& sl = pool_[s];
   sl.head = head;
@@ -62,6 +63,35 @@ void Forwarder::enqueue(uint32_t out, uint16_t s) {
   if (due_on_enqueue(pol_[out], q.n, t_->burst)) flush_port(out, 0);
 }
 
+void Forwarder::enqueue_run(uint32_t out, const uint16_t* s, uint32_t n) {
+  if (pol_[out].kind == FlushKind::kImmediate) [[unlikely]] {
+    for (uint32_t j = 0; j < n; ++j) enqueue(out, s[j]);
+    return;
+  }
+  Txq& q = txq_[out];
+  const uint32_t burst = t_->burst;
+  for (uint32_t j = 0; j < n;) {
+    if (q.n == kTxqCap) [[unlikely]] flush_port(out, 0);
+    if (!q.n) {
+      q.oldest_ns = pool_[s[j]].t_ns;
+      held_ |= bit(out);
+    }
+    // Up to a full burst (due_on_enqueue) and the queue's room.
+    uint32_t m = std::min(n - j, kTxqCap - q.n);
+    if (q.n < burst) m = std::min(m, burst - q.n);
+    bool many_segs = false;
+    for (const uint16_t* e = s + j + m; s + j < e; ++j) {
+      Slot& sl = pool_[s[j]];
+      q.slot[q.n++] = s[j];
+      ++sl.refs;
+      many_segs |= sl.nsegs > kInlineSegs;
+    }
+    burst_out_ |= bit(out);
+    if (many_segs) [[unlikely]] must_flush_ |= bit(out);
+    if (q.n >= burst) flush_port(out, 0);
+  }
+}
+
 void Forwarder::flood(uint32_t in, uint16_t s) {
   bool any = false;
   for (uint32_t o = 0; o < t_->nports; ++o) {
@@ -76,33 +106,54 @@ uint32_t Forwarder::poll(uint32_t in, uint32_t qi) {
   port::VhostPort* p = t_->ports[in];
   if (!p->active()) return 0;
   const port::QueuePairDp& qp = p->dp().qp[qi];
-  // The ring layout is chosen once per burst: the loop is a template, no virtual call or
+  // The ring layout is chosen once per poll: the burst is a template, no virtual call or
   // layout test per packet.
-  if (qp.txq) return poll_queue(in, qi, qp.txq, qp.tx_shared);
-  if (qp.txq_packed) return poll_queue(in, qi, qp.txq_packed, qp.tx_shared);
+  if (qp.txq) return poll_ring(in, qi, qp.txq, qp.tx_shared);
+  if (qp.txq_packed) return poll_ring(in, qi, qp.txq_packed, qp.tx_shared);
   return 0;
 }
 
 template <class Q>
-uint32_t Forwarder::poll_queue(uint32_t in, uint32_t qi, Q* q, port::QueueShared* sh) {
-  port::VhostPort* p = t_->ports[in];
-  const port::PortDp& d = p->dp();
+inline uint32_t Forwarder::poll_ring(uint32_t in, uint32_t qi, Q* q, port::QueueShared* sh) {
   if (q->broken()) return 0;
-  PortCounters& c = counters_[in];
-  auto report_broken = [&] {
-    c.drop(Drop::kRingBroken);
-    VL_LOG_RL(spdlog::level::err,
-              "port {}: transmit queue broken (avail index more than a queue ahead, or a chain "
-              "over the whole ring); stopped",
-              p->config().name);
-  };
-  if (!q->has_avail()) [[likely]] {
-    if (q->broken()) report_broken();
+  if (!q->has_avail()) [[likely]] {  // an empty poll: one load of a cached index
+    if (q->broken()) report_broken(in);
     return 0;
   }
+  return forward_burst(in, qi, q, sh);
+}
+
+void Forwarder::report_broken(uint32_t in) {
+  counters_[in].drop(Drop::kRingBroken);
+  VL_LOG_RL(spdlog::level::err,
+            "port {}: transmit queue broken (avail index more than a queue ahead, or a chain "
+            "over the whole ring); stopped",
+            t_->ports[in]->config().name);
+}
+
+// The four steps of a busy poll. Their costs, in instructions per 64 B frame (xconnect,
+// split ring, rx-batch; bench/instructions.py, bench/results/instructions-*.txt), are
+// in the comment above each step.
+template <class Q>
+[[gnu::noinline]] uint32_t Forwarder::forward_burst(uint32_t in, uint32_t qi, Q* q,
+                                                    port::QueueShared* sh) {
   refresh_policies();
+  if (nfree_ < t_->burst) [[unlikely]] flush_all();  // every slot is queued: deliver them all
+  const uint32_t taken = take_burst(in, qi, q, sh);
+  classify(in);
+  end_burst();
+  return taken;
+}
+
+// Step 1, take a burst: pops up to `burst` chains, reads each frame's virtio-net header
+// once, checks it, and gives each good frame a slot in burst_[0..nburst_). Malformed chains
+// are counted and returned in turn (IN_ORDER). Returns the chains taken.
+template <class Q>
+[[gnu::noinline]] uint32_t Forwarder::take_burst(uint32_t in, uint32_t qi, Q* q,
+                                                 port::QueueShared* sh) {
+  const port::PortDp& d = t_->ports[in]->dp();
+  PortCounters& c = counters_[in];
   const uint32_t n = t_->burst;
-  if (nfree_ < n) [[unlikely]] flush_all();  // every slot is queued: deliver them all
   const uint64_t now = clock_();
   arena_.clear();
   sh->enter(thread_);  // self-check: no other thread polls this queue (port.h QueueShared)
@@ -116,11 +167,12 @@ uint32_t Forwarder::poll_queue(uint32_t in, uint32_t qi, Q* q, port::QueueShared
         ++taken;
         TxFrame f;
         Drop bad = Drop::kCount;
-        if (!split_tx_chain(arena_, ch, d.hdr_len, &f)) [[unlikely]] {
+        if (!split_tx_chain_fast(arena_, ch, d.hdr_len, &f)) [[unlikely]] {
           bad = Drop::kBadHeader;
-        } else if (const auto v = offload::check_tx_header(&f.hdr, f.len, d.features);
-                   v != offload::TxCheck::kOk) [[unlikely]] {
-          bad = v == offload::TxCheck::kBadCsum ? Drop::kBadCsum : Drop::kBadGso;
+        } else if (!offload::plain_tx_header(&f.hdr)) {
+          const auto v = offload::check_tx_header(&f.hdr, f.len, d.features);
+          if (v != offload::TxCheck::kOk) [[unlikely]]
+            bad = v == offload::TxCheck::kBadCsum ? Drop::kBadCsum : Drop::kBadGso;
         }
         const uint16_t s = take_slot(in, qi, ch.head, ch.ring_descs);
         if (bad != Drop::kCount) [[unlikely]] {
@@ -133,7 +185,7 @@ uint32_t Forwarder::poll_queue(uint32_t in, uint32_t qi, Q* q, port::QueueShared
         sl.nsegs = f.nsegs;
         sl.len = f.len;
         sl.t_ns = now;
-        sl.refs = 1;  // this burst's pin, released below
+        sl.refs = 1;  // this burst's pin, released by end_burst
         sl.hdr = f.hdr;
         burst_[k++] = s;
         bytes += f.len;
@@ -152,7 +204,7 @@ uint32_t Forwarder::poll_queue(uint32_t in, uint32_t qi, Q* q, port::QueueShared
     }
   }
   sh->leave();
-  if (q->broken()) report_broken();
+  if (q->broken()) report_broken(in);
   PortCounters::add(c.rx_packets, taken);
   PortCounters::add(c.rx_bytes, bytes);
   port::QueueCounters& qc = qcounters_[in][qi];
@@ -160,18 +212,27 @@ uint32_t Forwarder::poll_queue(uint32_t in, uint32_t qi, Q* q, port::QueueShared
   PortCounters::add(qc.rx_bytes, bytes);
   senders_dirty_ |= bit(in);
   dirty_q_[in] |= static_cast<uint8_t>(1u << qi);
+  nburst_ = k;
+  return taken;
+}
 
-  // Classify into the intermediate queues (immediate and full queues are delivered here).
+// Step 2, classify: each frame of the burst to the intermediate queue of its output port
+// (cross-connect: the peer, as one run; bridge: learn the source MAC, look up the
+// destination, flood what is unknown or multicast). Immediate queues, and queues that
+// reach a full burst, are delivered here.
+[[gnu::noinline]] void Forwarder::classify(uint32_t in) {
+  const uint32_t k = nburst_;
+  PortCounters& c = counters_[in];
+  if (t_->mode == ForwardMode::kXconnect) {
+    const uint32_t o = t_->xc_peer[in];
+    if (o == SwitchTables::kNoPeer) [[unlikely]] c.drop(Drop::kNoDestination, k);
+    else enqueue_run(o, burst_, k);
+    return;
+  }
   const uint32_t now_s = t_->now_s.load(std::memory_order_relaxed);
   Mac last_src = ~Mac{0};
   for (uint32_t i = 0; i < k; ++i) {
     const uint16_t s = burst_[i];
-    if (t_->mode == ForwardMode::kXconnect) {
-      const uint32_t o = t_->xc_peer[in];
-      if (o == SwitchTables::kNoPeer) c.drop(Drop::kNoDestination);
-      else enqueue(o, s);
-      continue;
-    }
     const Slot& sl = pool_[s];
     uint8_t eth[12];
     if (sl.segs[0].len >= 12) [[likely]] std::memcpy(eth, sl.segs[0].ptr, 12);
@@ -191,9 +252,14 @@ uint32_t Forwarder::poll_queue(uint32_t in, uint32_t qi, Q* q, port::QueueShared
     else if (o == in) c.drop(Drop::kNoDestination);  // never back out of the ingress port
     else enqueue(o, s);
   }
+}
 
-  // End of the receive burst: rx-batch queues, and queues holding a frame whose segments
-  // cannot be kept past this burst, are delivered now.
+// Step 3, end the burst: delivers the queues that are due now (rx-batch, and queues holding
+// a frame whose segments cannot be kept past this burst), releases the burst's pins (a frame
+// no queue holds goes back to its sender; a held one keeps its segments in its slot, the
+// arena being reused by the next burst), checks the held queues' deadlines, and publishes
+// the used entries of every sender (chains returned oldest first).
+[[gnu::noinline]] void Forwarder::end_burst() {
   uint64_t due = must_flush_;
   for (uint64_t m = burst_out_; m; m &= m - 1) {
     const uint32_t o = static_cast<uint32_t>(std::countr_zero(m));
@@ -201,10 +267,7 @@ uint32_t Forwarder::poll_queue(uint32_t in, uint32_t qi, Q* q, port::QueueShared
   }
   for (due &= held_; due; due &= due - 1) flush_port(static_cast<uint32_t>(std::countr_zero(due)), 0);
   burst_out_ = must_flush_ = 0;
-
-  // Release the burst's pins: a frame no queue holds goes back to its sender now; a held
-  // one keeps its segments in its slot (the arena is reused by the next burst).
-  for (uint32_t i = 0; i < k; ++i) {
+  for (uint32_t i = 0; i < nburst_; ++i) {
     const uint16_t s = burst_[i];
     Slot& sl = pool_[s];
     if (--sl.refs == 0) {
@@ -214,9 +277,9 @@ uint32_t Forwarder::poll_queue(uint32_t in, uint32_t qi, Q* q, port::QueueShared
       sl.segs = sl.inl;
     }
   }
+  nburst_ = 0;
   if (held_) flush_due();
   publish_senders();
-  return taken;
 }
 
 void Forwarder::flush_due() {
@@ -251,7 +314,7 @@ void Forwarder::release_paused() {
 
 void Forwarder::complete(uint16_t s) {
   pool_[s].done = true;
-  retire(pool_[s].src);
+  retire_due_ |= bit(pool_[s].src);  // retired in one walk per sender by publish_senders()
 }
 
 void Forwarder::retire(uint32_t src) {
@@ -259,16 +322,28 @@ void Forwarder::retire(uint32_t src) {
   const port::PortDp& d = t_->ports[src]->dp();
   uint16_t s = src_old_[src];
   uint32_t qs = 0;
+  uint32_t n = 0;
   while (s != kNoSlot && pool_[s].done) {
-    const Slot& sl = pool_[s];
-    const port::QueuePairDp& qp = d.qp[sl.sq];
-    if (qp.txq) qp.txq->push_used(sl.head, 0);
-    else if (qp.txq_packed) qp.txq_packed->push_used(sl.head, 0, sl.ring_descs);
-    qs |= 1u << sl.sq;
-    free_[nfree_++] = s;
-    --live_from_[src];
-    s = sl.next_src;
+    // A run of chains from one transmit queue (the common case: a burst), its layout
+    // chosen once.
+    const uint8_t sq = pool_[s].sq;
+    const port::QueuePairDp& qp = d.qp[sq];
+    qs |= 1u << sq;
+    if (qp.txq) [[likely]] {
+      for (; s != kNoSlot && pool_[s].done && pool_[s].sq == sq; ++n) {
+        qp.txq->push_used(pool_[s].head, 0);
+        free_[nfree_++] = s;
+        s = pool_[s].next_src;
+      }
+    } else {
+      for (; s != kNoSlot && pool_[s].done && pool_[s].sq == sq; ++n) {
+        if (qp.txq_packed) qp.txq_packed->push_used(pool_[s].head, 0, pool_[s].ring_descs);
+        free_[nfree_++] = s;
+        s = pool_[s].next_src;
+      }
+    }
   }
+  live_from_[src] -= n;
   src_old_[src] = s;
   if (s == kNoSlot) {
     src_young_[src] = kNoSlot;
@@ -279,6 +354,8 @@ void Forwarder::retire(uint32_t src) {
 }
 
 void Forwarder::publish_senders() {
+  for (; retire_due_; retire_due_ &= retire_due_ - 1)
+    retire(static_cast<uint32_t>(std::countr_zero(retire_due_)));
   for (; senders_dirty_; senders_dirty_ &= senders_dirty_ - 1) {
     const uint32_t p = static_cast<uint32_t>(std::countr_zero(senders_dirty_));
     const port::PortDp& d = t_->ports[p]->dp();
@@ -449,12 +526,33 @@ void Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, uint3
   port::QueueCounters& qc = qcounters_[o][qi];
   QueueAgeStats& age = age_[o];
   uint64_t sent = 0, bytes = 0, nobuf = 0;
+  // Queue ages: frames of one burst share their time, so the histogram is updated once per
+  // run of equal times, not once per frame.
+  uint64_t run_t = frame(0).t_ns;
+  uint32_t run_n = 0;
   uint32_t j = 0;
   for (; j < cnt; ++j) {
     const Slot& sl = frame(j);
-    age.add(now > sl.t_ns ? now - sl.t_ns : 0);
-    const offload::Outcome st =
-        soft_.deliver(*rq, scratch_, sl.hdr, sl.segs, sl.nsegs, sl.len, od, oc);
+    if (sl.t_ns != run_t) [[unlikely]] {
+      age.add(now > run_t ? now - run_t : 0, run_n);
+      run_t = sl.t_ns;
+      run_n = 0;
+    }
+    ++run_n;
+    // A frame that asks for no offload goes straight to the copy (offload/deliver.h).
+    offload::Outcome st;
+    if (!sl.hdr.flags && !sl.hdr.gso_type && sl.len <= od.max_frame) [[likely]] {
+      const DeliverStatus ds = deliver_frame(*rq, scratch_, NetHdr{}, od.hdr_len, sl.segs,
+                                             sl.nsegs, sl.len, od.mrg_rxbuf);
+      if (ds == DeliverStatus::kOk) [[likely]] {
+        ++sent;
+        bytes += sl.len;
+        continue;
+      }
+      st = offload::map(ds);
+    } else {
+      st = soft_.deliver(*rq, scratch_, sl.hdr, sl.segs, sl.nsegs, sl.len, od, oc);
+    }
     if (st == offload::Outcome::kOk) [[likely]] {
       ++sent;
       bytes += sl.len;
@@ -474,6 +572,7 @@ void Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, uint3
       break;
     }
   }
+  if (run_n) age.add(now > run_t ? now - run_t : 0, run_n);
   PortCounters::add(oc.tx_packets, sent);
   PortCounters::add(oc.tx_bytes, bytes);
   PortCounters::add(qc.tx_packets, sent);

@@ -160,8 +160,20 @@ class Forwarder {
   };
 
   static constexpr uint16_t kNoSlot = 0xffff;
+  /// An rxq's poll: returns 0 at once when its ring has nothing new (an empty poll), else
+  /// forwards one burst.
   template <class Q>
-  uint32_t poll_queue(uint32_t in, uint32_t qi, Q* q, port::QueueShared* sh);
+  uint32_t poll_ring(uint32_t in, uint32_t qi, Q* q, port::QueueShared* sh);
+  /// One busy poll, in four steps (forwarder.cpp): take_burst, classify, end_burst.
+  template <class Q>
+  uint32_t forward_burst(uint32_t in, uint32_t qi, Q* q, port::QueueShared* sh);
+  template <class Q>
+  uint32_t take_burst(uint32_t in, uint32_t qi, Q* q, port::QueueShared* sh);
+  void classify(uint32_t in);
+  void end_burst();
+  void report_broken(uint32_t in);
+  /// enqueue() for `n` slots bound for the same output (a cross-connected burst).
+  void enqueue_run(uint32_t out, const uint16_t* s, uint32_t n);
   /// Delivers `n` frames (`frame(j)`: a const Slot&) into guest receive queue `qi` of port
   /// `o`, which this thread writes.
   template <class Get>
@@ -193,7 +205,10 @@ class Forwarder {
   void unref(uint16_t s) {
     if (--pool_[s].refs == 0) complete(s);
   }
+  /// Marks a slot done: every queue it sat in was delivered (retired later, in order).
   void complete(uint16_t s);
+  /// Retires every sender with done slots, then publishes the used entries of every
+  /// sender's transmit queues (one index store each).
   void publish_senders();
   void refresh_policies();
   bool gap_fresh_ = true;         // no check since the queues were last all empty
@@ -208,11 +223,13 @@ class Forwarder {
   uint16_t free_[kPoolSlots];
   uint32_t nfree_ = 0;
   uint16_t burst_[kMaxBurst];     // the slots of the burst being classified
+  uint32_t nburst_ = 0;
   Handed handed_[kMaxBurst];      // a batch of handed-off frames being delivered
   Txq txq_[port::kMaxPorts];
   uint64_t held_ = 0;             // outputs whose queue is not empty
   uint64_t burst_out_ = 0;        // outputs that got frames in this burst
   uint64_t must_flush_ = 0;       // outputs with a frame that cannot be held (too many segments)
+  uint64_t retire_due_ = 0;       // senders with done slots not yet retired
   uint64_t senders_dirty_ = 0;    // ports whose transmit queue has unpublished used entries
   uint8_t dirty_q_[port::kMaxPorts] = {};  // per such port: which queue pairs
   uint32_t live_from_[port::kMaxPorts] = {};  // slots in use per sender

@@ -8,19 +8,6 @@ using namespace vl::virtio;
 using port::PortCounters;
 using port::Soft;
 
-namespace {
-
-Outcome map(DeliverStatus s) {
-  switch (s) {
-    case DeliverStatus::kOk: return Outcome::kOk;
-    case DeliverStatus::kNoBuffer: return Outcome::kNoBuffer;
-    case DeliverStatus::kTooBig: return Outcome::kTooBig;
-    case DeliverStatus::kBadRing: break;
-  }
-  return Outcome::kBadRing;
-}
-
-}  // namespace
 
 template <class Q>
 Outcome SoftOffload::deliver(Q& rq, SegmentArena& scratch, const NetHdr& h,

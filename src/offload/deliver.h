@@ -26,6 +26,17 @@ enum class Outcome : uint8_t {
   kBadGso,    ///< the TSO frame's headers are not segmentable (count on the ingress port)
 };
 
+/// The outcome of a plain delivery (virtio::deliver_frame).
+inline Outcome map(virtio::DeliverStatus s) {
+  switch (s) {
+    case virtio::DeliverStatus::kOk: return Outcome::kOk;
+    case virtio::DeliverStatus::kNoBuffer: return Outcome::kNoBuffer;
+    case virtio::DeliverStatus::kTooBig: return Outcome::kTooBig;
+    case virtio::DeliverStatus::kBadRing: break;
+  }
+  return Outcome::kBadRing;
+}
+
 /// Per-PMD-thread state of the software offloads: the scratch frame and segment headers.
 class SoftOffload {
  public:

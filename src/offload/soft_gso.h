@@ -40,6 +40,16 @@ enum class TxCheck : uint8_t { kOk, kBadCsum, kBadGso };
 /// without NEEDS_CSUM.
 TxCheck check_tx_header(virtio::NetHdr* h, uint32_t frame_len, uint64_t features);
 
+/// The common case, checked inline: a header that asks for no offload (no NEEDS_CSUM, no
+/// gso_type) is valid for any features and frame length; it is cleared to the header
+/// check_tx_header() would leave (all zero) and true returned. Anything else returns false
+/// untouched: call check_tx_header().
+inline bool plain_tx_header(virtio::NetHdr* h) {
+  if ((h->flags & virtio::kNetHdrFNeedsCsum) || h->gso_type != virtio::kNetHdrGsoNone) return false;
+  *h = virtio::NetHdr{};
+  return true;
+}
+
 /// Where a TCP frame's headers are and how it is cut.
 struct GsoPlan {
   uint32_t l3off;  ///< IP header offset (bytes from the frame start)

@@ -280,6 +280,11 @@ class DeviceQueue {
     return true;
   }
 
+  /// pop() past its first descriptor `d` (a local copy of head's): chains, indirect
+  /// tables, region splits, and every malformed chain.
+  template <bool kDeviceWrites>
+  PopStatus pop_walk(SegmentArena& arena, Chain* chain, uint16_t head, VringDesc d);
+
   /// Drops the chain at `head`: returns it to the driver with len 0 when the head is valid.
   PopStatus drop_chain(uint16_t head, PopStatus why) {
     if (head < num_) push_used(head, 0);
@@ -306,15 +311,42 @@ class DeviceQueue {
 };
 
 template <bool kDeviceWrites>
-PopStatus DeviceQueue::pop(SegmentArena& arena, Chain* chain) {
+inline PopStatus DeviceQueue::pop(SegmentArena& arena, Chain* chain) {
   const uint16_t slot = last_avail_ & mask_;
   const uint16_t head = __atomic_load_n(&avail_->ring[slot], __ATOMIC_RELAXED);
   ++last_avail_;
   if (head >= num_) [[unlikely]] return PopStatus::kBadChain;  // hostile-inputs.md item 14
 
+  VringDesc d;
+  std::memcpy(&d, &desc_[head], sizeof d);
+  compiler_barrier();  // item 13: only the local copy is used from here on
+  // The common chain, inline: one descriptor of the right direction, non-empty, in one
+  // region (a transmitted frame with its header, or one receive buffer). pop_walk() makes
+  // the same checks on any other chain.
+  constexpr uint16_t kWalk = kDescFNext | kDescFIndirect;
+  if (!(d.flags & kWalk) && static_cast<bool>(d.flags & kDescFWrite) == kDeviceWrites &&
+      d.len != 0) [[likely]] {
+    uint64_t contig = 0;
+    uint8_t* p = mem_->translate(d.addr, d.len, &contig);
+    if (p && contig == d.len) [[likely]] {
+      arena.segs[arena.used] = Segment{p, d.len};
+      chain->head = head;
+      chain->seg_begin = arena.used;
+      chain->nsegs = 1;
+      chain->len = d.len;
+      chain->ndesc = 1;
+      arena.used += 1;
+      return PopStatus::kOk;
+    }
+  }
+  return pop_walk<kDeviceWrites>(arena, chain, head, d);
+}
+
+template <bool kDeviceWrites>
+[[gnu::noinline]] PopStatus DeviceQueue::pop_walk(SegmentArena& arena, Chain* chain,
+                                                  uint16_t head, VringDesc d) {
   const VringDesc* table = desc_;
   uint32_t table_size = num_;
-  uint32_t idx = head;
   uint32_t ttl = num_;  // a chain never has more descriptors than the queue size (item 10)
   bool in_indirect = false;
   uint32_t nsegs = 0;
@@ -322,11 +354,8 @@ PopStatus DeviceQueue::pop(SegmentArena& arena, Chain* chain) {
   bool too_big = false;
   uint32_t ndesc = 0;
 
-  for (;;) {
+  for (;;) {  // `d` holds a local copy of the next descriptor
     ++ndesc;
-    VringDesc d;
-    std::memcpy(&d, &table[idx], sizeof d);
-    compiler_barrier();  // item 13: only the local copy is used from here on
     if (d.flags & kDescFIndirect) {
       // virtio 1.2 §2.7.5.3: one indirect table per chain, not nested, length a multiple of 16
       // and at most a queue's worth of descriptors (item 12).
@@ -339,8 +368,9 @@ PopStatus DeviceQueue::pop(SegmentArena& arena, Chain* chain) {
       table = t;
       table_size = d.len / sizeof(VringDesc);
       ttl = table_size;
-      idx = 0;
       in_indirect = true;
+      std::memcpy(&d, &table[0], sizeof d);
+      compiler_barrier();
       continue;
     }
     if (static_cast<bool>(d.flags & kDescFWrite) != kDeviceWrites) [[unlikely]]
@@ -358,7 +388,8 @@ PopStatus DeviceQueue::pop(SegmentArena& arena, Chain* chain) {
     if (!(d.flags & kDescFNext)) break;
     if (--ttl == 0 || d.next >= table_size) [[unlikely]]
       return drop_chain(head, PopStatus::kBadChain);
-    idx = d.next;
+    std::memcpy(&d, &table[d.next], sizeof d);
+    compiler_barrier();
   }
   if (too_big || total > 0xffffffffull) return drop_chain(head, PopStatus::kTooBig);
   chain->head = head;

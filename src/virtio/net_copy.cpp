@@ -119,25 +119,12 @@ void log_written(DirtyLog* log, const GuestMemory* mem, const Segment* segs, uin
 }  // namespace
 
 template <class Q>
-DeliverStatus deliver_frame(Q& q, SegmentArena& scratch, NetHdr hdr, uint32_t hdr_len,
-                            const Segment* src, uint32_t nsrc, uint32_t frame_len,
-                            bool mergeable) {
-  scratch.clear();
+DeliverStatus deliver_frame_rest(Q& q, SegmentArena& scratch, NetHdr hdr, uint32_t hdr_len,
+                                 const Segment* src, uint32_t nsrc, uint32_t frame_len,
+                                 bool mergeable, typename Q::Mark start, const Chain& first) {
   const uint64_t total = uint64_t{hdr_len} + frame_len;
-  if (!q.has_avail()) return q.broken() ? DeliverStatus::kBadRing : DeliverStatus::kNoBuffer;
-
-  const auto start = q.mark();
-  // Non-null only while the front-end migrates the guest (VHOST_F_LOG_ALL): one test per
-  // frame of a pointer the queue holds anyway.
   DirtyLog* const log = q.dirty_log();
-  Chain first;
-  PopStatus st = q.template pop<true>(scratch, &first);
-  if (st != PopStatus::kOk) [[unlikely]] {
-    // A malformed receive chain (or one too fragmented to use) is a driver bug or an attack:
-    // stop this queue rather than guess which buffers are usable.
-    q.mark_broken();
-    return DeliverStatus::kBadRing;
-  }
+  PopStatus st;
   Reader frame{src, nsrc};
   uint32_t frame_left = frame_len;
   if (first.len >= total || !mergeable) {
@@ -146,16 +133,6 @@ DeliverStatus deliver_frame(Q& q, SegmentArena& scratch, NetHdr hdr, uint32_t hd
       return DeliverStatus::kTooBig;
     }
     hdr.num_buffers = 1;
-    const Segment& d0 = scratch.segs[first.seg_begin];
-    if (nsrc == 1 && src[0].len >= frame_len && d0.len >= total) [[likely]] {
-      // The common case: one contiguous source, one receive buffer that holds it all.
-      if (hdr_len == sizeof(NetHdr)) std::memcpy(d0.ptr, &hdr, sizeof(NetHdr));
-      else std::memcpy(d0.ptr, &hdr, hdr_len);
-      std::memcpy(d0.ptr + hdr_len, src[0].ptr, frame_len);
-      if (log) [[unlikely]] log->mark_host(*q.memory(), d0.ptr, total);
-      q.push_used(first.head, static_cast<uint32_t>(total), first.ring_descs);
-      return DeliverStatus::kOk;
-    }
     uint32_t hdr_left = hdr_len;
     const uint32_t w = fill_chain(&scratch.segs[first.seg_begin], first.nsegs,
                                   reinterpret_cast<const uint8_t*>(&hdr), &hdr_left, frame,
@@ -215,10 +192,14 @@ DeliverStatus deliver_frame(Q& q, SegmentArena& scratch, NetHdr hdr, uint32_t hd
   return DeliverStatus::kOk;
 }
 
-template DeliverStatus deliver_frame<DeviceQueue>(DeviceQueue&, SegmentArena&, NetHdr, uint32_t,
-                                                 const Segment*, uint32_t, uint32_t, bool);
-template DeliverStatus deliver_frame<PackedDeviceQueue>(PackedDeviceQueue&, SegmentArena&, NetHdr,
-                                                       uint32_t, const Segment*, uint32_t,
-                                                       uint32_t, bool);
+template DeliverStatus deliver_frame_rest<DeviceQueue>(DeviceQueue&, SegmentArena&, NetHdr,
+                                                      uint32_t, const Segment*, uint32_t,
+                                                      uint32_t, bool, DeviceQueue::Mark,
+                                                      const Chain&);
+template DeliverStatus deliver_frame_rest<PackedDeviceQueue>(PackedDeviceQueue&, SegmentArena&,
+                                                            NetHdr, uint32_t, const Segment*,
+                                                            uint32_t, uint32_t, bool,
+                                                            PackedDeviceQueue::Mark,
+                                                            const Chain&);
 
 }  // namespace vl::virtio

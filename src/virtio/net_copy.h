@@ -6,6 +6,7 @@
 // This is where a frame is copied, once, from the sender's buffer into the receiver's
 // buffer: the datapath hands the sender's segments (pointers into its guest memory) here.
 #include <cstdint>
+#include <cstring>
 
 #include "virtio/device_queue.h"
 #include "virtio/packed_device_queue.h"
@@ -29,6 +30,23 @@ struct TxFrame {
 /// is shorter than hdr_len + an Ethernet header (counted by the caller as bad_header).
 bool split_tx_chain(SegmentArena& arena, const Chain& chain, uint32_t hdr_len, TxFrame* out);
 
+/// split_tx_chain(), with the common case inline: the header (12 bytes) and the Ethernet
+/// header in the chain's first segment.
+inline bool split_tx_chain_fast(SegmentArena& arena, const Chain& chain, uint32_t hdr_len,
+                                TxFrame* out) {
+  Segment* s = &arena.segs[chain.seg_begin];
+  if (hdr_len != sizeof(NetHdr) || s[0].len < sizeof(NetHdr) + kEthHdrLen) [[unlikely]]
+    return split_tx_chain(arena, chain, hdr_len, out);
+  std::memcpy(&out->hdr, s[0].ptr, sizeof(NetHdr));
+  compiler_barrier();  // the local copy is what counts from here on
+  s[0].ptr += sizeof(NetHdr);
+  s[0].len -= sizeof(NetHdr);
+  out->seg_begin = chain.seg_begin;
+  out->nsegs = chain.nsegs;
+  out->len = chain.len - sizeof(NetHdr);
+  return true;
+}
+
 enum class DeliverStatus : uint8_t {
   kOk,
   kNoBuffer,  ///< the driver has not posted enough receive buffers; nothing was consumed
@@ -36,14 +54,67 @@ enum class DeliverStatus : uint8_t {
   kBadRing,   ///< a receive chain was malformed: the queue is broken (stop it)
 };
 
+/// Copies a frame of `n` bytes: frames of 16 to 64 bytes (the 64 B case every dataplane is
+/// judged by) with fixed-size overlapping moves instead of a call to memcpy.
+inline void copy_frame(uint8_t* dst, const uint8_t* src, uint32_t n) {
+  if (n >= 16 && n <= 64) {
+    uint8_t a[16], b[16], c[16], d[16];
+    __builtin_memcpy(a, src, 16);
+    __builtin_memcpy(b, src + n - 16, 16);
+    if (n > 32) {
+      __builtin_memcpy(c, src + 16, 16);
+      __builtin_memcpy(d, src + n - 32, 16);
+      __builtin_memcpy(dst + 16, c, 16);
+      __builtin_memcpy(dst + n - 32, d, 16);
+    }
+    __builtin_memcpy(dst, a, 16);
+    __builtin_memcpy(dst + n - 16, b, 16);
+    return;
+  }
+  std::memcpy(dst, src, n);
+}
+
+/// deliver_frame() past its first receive chain `first` (popped at mark `start`): spread
+/// over several buffers or mergeable chains, gathered from several source segments.
+template <class Q>
+DeliverStatus deliver_frame_rest(Q& q, SegmentArena& scratch, NetHdr hdr, uint32_t hdr_len,
+                                 const Segment* src, uint32_t nsrc, uint32_t frame_len,
+                                 bool mergeable, typename Q::Mark start, const Chain& first);
+
 /// Writes `hdr` (hdr_len bytes; num_buffers filled in here) and the frame `src` of
 /// `frame_len` bytes into the receive queue `q`. Used entries are pushed, not published.
 /// `scratch` is cleared and used for the receive chains' segments. On any failure the
 /// queue is left as it was, except for kBadRing. `Q` is DeviceQueue (split ring) or
-/// PackedDeviceQueue (packed ring); both are instantiated in net_copy.cpp.
+/// PackedDeviceQueue (packed ring). The common case is inline: one source segment into one
+/// receive buffer that holds header and frame; deliver_frame_rest() does the others.
 template <class Q>
-DeliverStatus deliver_frame(Q& q, SegmentArena& scratch, NetHdr hdr, uint32_t hdr_len,
-                            const Segment* src, uint32_t nsrc, uint32_t frame_len,
-                            bool mergeable);
+inline DeliverStatus deliver_frame(Q& q, SegmentArena& scratch, NetHdr hdr, uint32_t hdr_len,
+                                   const Segment* src, uint32_t nsrc, uint32_t frame_len,
+                                   bool mergeable) {
+  scratch.clear();
+  if (!q.has_avail()) return q.broken() ? DeliverStatus::kBadRing : DeliverStatus::kNoBuffer;
+  const auto start = q.mark();
+  Chain first;
+  if (q.template pop<true>(scratch, &first) != PopStatus::kOk) [[unlikely]] {
+    // A malformed receive chain (or one too fragmented to use) is a driver bug or an attack:
+    // stop this queue rather than guess which buffers are usable.
+    q.mark_broken();
+    return DeliverStatus::kBadRing;
+  }
+  const uint64_t total = uint64_t{hdr_len} + frame_len;
+  const Segment& d0 = scratch.segs[first.seg_begin];
+  if (nsrc == 1 && src[0].len >= frame_len && d0.len >= total) [[likely]] {
+    hdr.num_buffers = 1;
+    if (hdr_len == sizeof(NetHdr)) std::memcpy(d0.ptr, &hdr, sizeof(NetHdr));
+    else std::memcpy(d0.ptr, &hdr, hdr_len);
+    copy_frame(d0.ptr + hdr_len, src[0].ptr, frame_len);
+    // Non-null only while the front-end migrates the guest (VHOST_F_LOG_ALL).
+    if (DirtyLog* log = q.dirty_log()) [[unlikely]] log->mark_host(*q.memory(), d0.ptr, total);
+    q.push_used(first.head, static_cast<uint32_t>(total), first.ring_descs);
+    return DeliverStatus::kOk;
+  }
+  return deliver_frame_rest(q, scratch, hdr, hdr_len, src, nsrc, frame_len, mergeable, start,
+                            first);
+}
 
 }  // namespace vl::virtio
