@@ -45,7 +45,11 @@ void Forwarder::refresh_policies() {
   const uint64_t g = t_->flush_gen.load(std::memory_order_acquire);
   if (g == pol_gen_) [[likely]] return;
   pol_gen_ = g;
-  for (uint32_t i = 0; i < port::kMaxPorts; ++i) pol_[i] = t_->flush_policy(i);
+  any_hold_ = false;
+  for (uint32_t i = 0; i < port::kMaxPorts; ++i) {
+    pol_[i] = t_->flush_policy(i);
+    any_hold_ |= !due_at_burst_end(pol_[i]);
+  }
 }
 
 void Forwarder::enqueue(uint32_t out, uint16_t s) {
@@ -157,6 +161,11 @@ template <class Q>
   const uint64_t now = clock_();
   arena_.clear();
   sh->enter(thread_);  // self-check: no other thread polls this queue (port.h QueueShared)
+  // A lean burst: no output holds frames past a burst and this sender has no chain still
+  // queued, so every chain of the burst goes back at its end, in the order taken, without
+  // the retire order's bookkeeping (take_slot, complete, retire).
+  lean_ = !any_hold_ && src_old_[in] == kNoSlot;
+  lean_n_ = 0;
   uint32_t k = 0;
   uint32_t taken = 0;
   uint64_t bytes = 0;
@@ -174,10 +183,19 @@ template <class Q>
           if (v != offload::TxCheck::kOk) [[unlikely]]
             bad = v == offload::TxCheck::kBadCsum ? Drop::kBadCsum : Drop::kBadGso;
         }
-        const uint16_t s = take_slot(in, qi, ch.head, ch.ring_descs);
+        uint16_t s;
+        if (lean_) [[likely]] {
+          s = free_[--nfree_];
+          pool_[s].head = ch.head;
+          pool_[s].ring_descs = ch.ring_descs;
+          pool_[s].src = static_cast<uint8_t>(in);
+          lean_slots_[lean_n_++] = s;
+        } else {
+          s = take_slot(in, qi, ch.head, ch.ring_descs);
+        }
         if (bad != Drop::kCount) [[unlikely]] {
           c.drop(bad);
-          complete(s);  // returned in turn, after the older chains (IN_ORDER)
+          if (!lean_) complete(s);  // returned in turn, after the older chains (IN_ORDER)
           break;
         }
         Slot& sl = pool_[s];
@@ -213,6 +231,8 @@ template <class Q>
   senders_dirty_ |= bit(in);
   dirty_q_[in] |= static_cast<uint8_t>(1u << qi);
   nburst_ = k;
+  lean_in_ = in;
+  lean_qi_ = qi;
   return taken;
 }
 
@@ -267,14 +287,30 @@ template <class Q>
   }
   for (due &= held_; due; due &= due - 1) flush_port(static_cast<uint32_t>(std::countr_zero(due)), 0);
   burst_out_ = must_flush_ = 0;
-  for (uint32_t i = 0; i < nburst_; ++i) {
-    const uint16_t s = burst_[i];
-    Slot& sl = pool_[s];
-    if (--sl.refs == 0) {
-      complete(s);
-    } else if (sl.segs != sl.inl) {
-      std::memcpy(sl.inl, sl.segs, sl.nsegs * sizeof(Segment));  // nsegs <= kInlineSegs
-      sl.segs = sl.inl;
+  if (lean_) [[likely]] {
+    // Every queue this burst filled was delivered above: its chains go back in order.
+    const port::QueuePairDp& qp = t_->ports[lean_in_]->dp().qp[lean_qi_];
+    if (qp.txq) [[likely]] {
+      for (uint32_t i = 0; i < lean_n_; ++i) qp.txq->push_used(pool_[lean_slots_[i]].head, 0);
+    } else if (qp.txq_packed) {
+      for (uint32_t i = 0; i < lean_n_; ++i) {
+        const Slot& sl = pool_[lean_slots_[i]];
+        qp.txq_packed->push_used(sl.head, 0, sl.ring_descs);
+      }
+    }
+    for (uint32_t i = 0; i < lean_n_; ++i) free_[nfree_++] = lean_slots_[i];
+    lean_ = false;
+    lean_n_ = 0;
+  } else {
+    for (uint32_t i = 0; i < nburst_; ++i) {
+      const uint16_t s = burst_[i];
+      Slot& sl = pool_[s];
+      if (--sl.refs == 0) {
+        complete(s);
+      } else if (sl.segs != sl.inl) {
+        std::memcpy(sl.inl, sl.segs, sl.nsegs * sizeof(Segment));  // nsegs <= kInlineSegs
+        sl.segs = sl.inl;
+      }
     }
   }
   nburst_ = 0;

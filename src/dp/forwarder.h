@@ -224,6 +224,13 @@ class Forwarder {
   uint32_t nfree_ = 0;
   uint16_t burst_[kMaxBurst];     // the slots of the burst being classified
   uint32_t nburst_ = 0;
+  // A lean burst (take_burst): its slots (every chain taken, good or not) in order, and
+  // where they came from. The queues' references to a lean slot never outlive the burst.
+  bool lean_ = false;
+  bool any_hold_ = false;         // some output's policy holds frames past a burst
+  uint16_t lean_slots_[kMaxBurst];
+  uint32_t lean_n_ = 0;
+  uint32_t lean_in_ = 0, lean_qi_ = 0;
   Handed handed_[kMaxBurst];      // a batch of handed-off frames being delivered
   Txq txq_[port::kMaxPorts];
   uint64_t held_ = 0;             // outputs whose queue is not empty

@@ -150,6 +150,10 @@ class PackedDeviceQueue {
   /// over more slots than the driver can have made available (the queue stops).
   template <bool kDeviceWrites>
   PopStatus pop(SegmentArena& arena, Chain* chain);
+  /// pop() past its first descriptor `d` (a local copy, flags already checked available):
+  /// chains, indirect tables, region splits and every malformed chain.
+  template <bool kDeviceWrites>
+  PopStatus pop_walk(SegmentArena& arena, Chain* chain, PackedDesc d);
 
   /// A point to come back to with restore(): un-takes the chains taken since and forgets
   /// the used entries pushed since (a receive frame that did not fit).
@@ -325,7 +329,7 @@ class PackedDeviceQueue {
 };
 
 template <bool kDeviceWrites>
-PopStatus PackedDeviceQueue::pop(SegmentArena& arena, Chain* chain) {
+inline PopStatus PackedDeviceQueue::pop(SegmentArena& arena, Chain* chain) {
   if (in_flight_ >= num_) [[unlikely]]
     return PopStatus::kEmpty;
   PackedDesc d;
@@ -334,6 +338,33 @@ PopStatus PackedDeviceQueue::pop(SegmentArena& arena, Chain* chain) {
   std::memcpy(&d, &ring_[last_avail_], sizeof d);
   compiler_barrier();  // item 13: only the local copy is used from here on
   d.flags = f0;        // the flags we checked, not a second read
+  // The common chain, inline: one descriptor of the right direction, non-empty, in one
+  // region. pop_walk() makes the same checks on any other chain.
+  constexpr uint16_t kWalk = kDescFNext | kDescFIndirect;
+  if (!(d.flags & kWalk) && static_cast<bool>(d.flags & kDescFWrite) == kDeviceWrites &&
+      d.len != 0) [[likely]] {
+    uint64_t contig = 0;
+    uint8_t* p = mem_->translate(d.addr, d.len, &contig);
+    if (p && contig == d.len) [[likely]] {
+      next_slot(&last_avail_, &avail_wrap_);
+      ++in_flight_;
+      arena.segs[arena.used] = Segment{p, d.len};
+      chain->head = d.id;
+      chain->ring_descs = 1;
+      chain->seg_begin = arena.used;
+      chain->nsegs = 1;
+      chain->len = d.len;
+      chain->ndesc = 1;
+      arena.used += 1;
+      return PopStatus::kOk;
+    }
+  }
+  return pop_walk<kDeviceWrites>(arena, chain, d);
+}
+
+template <bool kDeviceWrites>
+[[gnu::noinline]] PopStatus PackedDeviceQueue::pop_walk(SegmentArena& arena, Chain* chain,
+                                                        PackedDesc d) {
 
   // Slots this chain may take: the driver cannot have made more available than are free.
   const uint32_t budget = num_ - in_flight_;
