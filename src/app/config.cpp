@@ -109,6 +109,9 @@ bool load_port(const toml::table& t, port::VhostPortConfig* c, std::string* flus
       c->offloads = *b;
     } else if (key == "max_queues") {
       if (!get_int<uint32_t>(v, "max_queues", 1, 8, &c->max_queues, err)) return false;
+    } else if (key == "tx_retry_us") {
+      if (!get_int<uint32_t>(v, "tx_retry_us", 0, port::kMaxTxRetryUs, &c->tx_retry_us, err)) return false;
+      c->explicit_keys |= port::kKeyTxRetry;
     } else {
       *err = fmt::format("unknown port key '{}'", key);
       return false;
@@ -185,6 +188,10 @@ bool load_toml(const std::string& file, SwitchConfig* out, std::string* err) {
       uint64_t g;
       if (!get_int<uint64_t>(v, "max_guest_memory_gib", 1, 1u << 16, &g, err)) return false;
       cfg.max_guest_memory = g << 30;
+    } else if (key == "tx_retry_us") {
+      uint32_t us;
+      if (!get_int<uint32_t>(v, "tx_retry_us", 0, port::kMaxTxRetryUs, &us, err)) return false;
+      cfg.tx_retry_us = us;
     } else if (key == "burst") {
       if (!get_int<uint32_t>(v, "burst", 1, dp::kMaxBurst, &cfg.burst, err)) return false;
     } else if (key == "port") {
@@ -231,6 +238,7 @@ void apply_port_defaults(SwitchConfig* cfg) {
     if (cfg->socket_group && !(p.explicit_keys & port::kKeySocketGroup)) p.socket_group = *cfg->socket_group;
     if (cfg->max_guest_memory && !(p.explicit_keys & port::kKeyMaxGuestMemory))
       p.max_guest_memory = *cfg->max_guest_memory;
+    if (cfg->tx_retry_us && !(p.explicit_keys & port::kKeyTxRetry)) p.tx_retry_us = *cfg->tx_retry_us;
   }
 }
 

@@ -35,6 +35,7 @@ struct SwitchConfig {
   std::optional<std::string> socket_owner;
   std::optional<std::string> socket_group;
   std::optional<uint64_t> max_guest_memory;  ///< bytes
+  std::optional<uint32_t> tx_retry_us;       ///< µs (port::VhostPortConfig::tx_retry_us)
 };
 
 /// Fills in each port's socket_mode/owner/group and max_guest_memory from the switch-wide
@@ -55,9 +56,9 @@ std::optional<dp::PmdMode> parse_pmd_mode(const std::string& s);
 
 /// Reads a TOML file into `cfg` (keys: forward, pmd_cores, pmd_mode, pmd_idle_us, pmd_rxq_assign,
 /// pmd_rx_writers, flush, control, mac_aging_s, mac_table_buckets, mac_limit, burst, socket_mode, socket_owner,
-/// socket_group, max_guest_memory_gib, [[port]] tables with name, type, path, mtu,
-/// socket_mode, socket_owner, socket_group, max_guest_memory_gib, mrg_rxbuf, flush, max_queues,
-/// offloads, and [[link]] tables with a, b). Returns false with `*err` on any unknown or
+/// socket_group, max_guest_memory_gib, tx_retry_us, [[port]] tables with name, type, path,
+/// mtu, socket_mode, socket_owner, socket_group, max_guest_memory_gib, mrg_rxbuf, flush,
+/// max_queues, offloads, tx_retry_us, and [[link]] tables with a, b). Returns false with `*err` on any unknown or
 /// invalid key.
 bool load_toml(const std::string& file, SwitchConfig* cfg, std::string* err);
 

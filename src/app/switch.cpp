@@ -295,6 +295,7 @@ control::Json Switch::stats() const {
                      {"rx_bytes", c.rx_bytes},
                      {"tx_packets", c.tx_packets},
                      {"tx_bytes", c.tx_bytes},
+                     {"tx_retries", c.tx_retries},
                      {"drops", drops},
                      {"flush", dp::flush_policy_name(tables_.flush_policy(i))},
                      {"offload", soft},

@@ -49,6 +49,12 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
   s->add_option("--max-queues", a.max_queues,
                 "queue pairs each port offers (VIRTIO_NET_F_MQ, GET_QUEUE_NUM), 1..8 (8)")
       ->check(CLI::Range(1, 8));
+  s->add_option("--tx-retry-us", a.tx_retry_us,
+                "bounded retry into a full guest receive queue: a frame with no receive buffer "
+                "is kept and retried at the next passes until it is US microseconds old, then "
+                "dropped as no_rx_buffer (20; 0: drop at once; at most 10000; like OVS "
+                "tx-retries-max); counted in tx_retries")
+      ->check(CLI::Range(int64_t{0}, int64_t{10000}));
   s->add_option("--pmd-rxq-assign", a.pmd_rxq_assign,
                 "how rxqs (port, queue pair) go to PMD threads: roundrobin (default) or cycles "
                 "(by measured load, like OVS pmd-rxq-assign=cycles)")
@@ -80,6 +86,12 @@ int run_switch(const SwitchArgs& a) {
     for (auto& p : cfg.ports) p.offloads = a.offloads == "on";
   if (a.max_queues)
     for (auto& p : cfg.ports) p.max_queues = a.max_queues;
+  if (a.tx_retry_us >= 0) {  // the command line wins over the TOML file's global and per port
+    for (auto& p : cfg.ports) {
+      p.tx_retry_us = static_cast<uint32_t>(a.tx_retry_us);
+      p.explicit_keys |= port::kKeyTxRetry;
+    }
+  }
   if (!a.pmd_rxq_assign.empty())
     cfg.pmd.rxq_assign = a.pmd_rxq_assign == "cycles" ? dp::RxqAssign::kCycles : dp::RxqAssign::kRoundRobin;
   if (!a.pmd_rx_writers.empty()) cfg.pmd.follow_writers = a.pmd_rx_writers == "follow";

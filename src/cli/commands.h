@@ -29,6 +29,7 @@ struct SwitchArgs {
   uint32_t max_queues = 0;       ///< 0: per port (default 8)
   std::string pmd_rxq_assign;    ///< roundrobin | cycles
   std::string pmd_rx_writers;    ///< follow | fixed
+  int64_t tx_retry_us = -1;      ///< -1: per port (default port::kDefaultTxRetryUs)
 };
 void add_switch_command(CLI::App& app, SwitchArgs& a);
 int run_switch(const SwitchArgs& a);

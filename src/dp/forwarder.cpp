@@ -23,14 +23,19 @@ Forwarder::Forwarder(SwitchTables* t, uint64_t (*clock)(), uint32_t thread)
   for (uint32_t i = 0; i < port::kMaxPorts; ++i) src_old_[i] = src_young_[i] = kNoSlot;
 }
 
-[[gnu::always_inline]] inline uint16_t Forwarder::take_slot(uint32_t in, uint32_t qi, uint16_t head,
-                                                         uint16_t ring_descs) {
+[[gnu::always_inline]] inline uint16_t Forwarder::new_slot(uint32_t in, uint32_t qi, uint16_t head,
+                                                        uint16_t ring_descs) {
   const uint16_t s = free_[--nfree_];
   Slot& sl = pool_[s];
   sl.head = head;
   sl.ring_descs = ring_descs;
   sl.src = static_cast<uint8_t>(in);
   sl.sq = static_cast<uint8_t>(qi);
+  return s;
+}
+
+[[gnu::always_inline]] inline void Forwarder::link_slot(uint32_t in, uint16_t s) {
+  Slot& sl = pool_[s];
   sl.next_src = kNoSlot;
   sl.done = false;
   if (src_young_[in] == kNoSlot) src_old_[in] = s;
@@ -38,7 +43,6 @@ Forwarder::Forwarder(SwitchTables* t, uint64_t (*clock)(), uint32_t thread)
   src_young_[in] = s;
   ++live_from_[in];
   live_src_ |= bit(in);
-  return s;
 }
 
 void Forwarder::refresh_policies() {
@@ -166,6 +170,7 @@ template <class Q>
   // the retire order's bookkeeping (take_slot, complete, retire).
   lean_ = !any_hold_ && src_old_[in] == kNoSlot;
   lean_n_ = 0;
+  kept_ = false;
   uint32_t k = 0;
   uint32_t taken = 0;
   uint64_t bytes = 0;
@@ -183,18 +188,12 @@ template <class Q>
           if (v != offload::TxCheck::kOk) [[unlikely]]
             bad = v == offload::TxCheck::kBadCsum ? Drop::kBadCsum : Drop::kBadGso;
         }
-        uint16_t s;
-        if (lean_) [[likely]] {
-          s = free_[--nfree_];
-          pool_[s].head = ch.head;
-          pool_[s].ring_descs = ch.ring_descs;
-          pool_[s].src = static_cast<uint8_t>(in);
-          lean_slots_[lean_n_++] = s;
-        } else {
-          s = take_slot(in, qi, ch.head, ch.ring_descs);
-        }
+        const uint16_t s = new_slot(in, qi, ch.head, ch.ring_descs);
+        if (lean_) [[likely]] lean_slots_[lean_n_++] = s;
+        else link_slot(in, s);
         if (bad != Drop::kCount) [[unlikely]] {
           c.drop(bad);
+          pool_[s].refs = 0;
           if (!lean_) complete(s);  // returned in turn, after the older chains (IN_ORDER)
           break;
         }
@@ -285,8 +284,20 @@ template <class Q>
     const uint32_t o = static_cast<uint32_t>(std::countr_zero(m));
     if (due_at_burst_end(pol_[o])) due |= bit(o);
   }
-  for (due &= held_; due; due &= due - 1) flush_port(static_cast<uint32_t>(std::countr_zero(due)), 0);
+  for (due &= held_; due; due &= due - 1)
+    flush_port(static_cast<uint32_t>(std::countr_zero(due)), 0, /*may_keep=*/true);
   burst_out_ = must_flush_ = 0;
+  if (lean_ && kept_) [[unlikely]] {
+    // A receive queue was full and frames of this lean burst wait for a retry: its chains
+    // join the retire order after all (oldest first), and are returned as they complete.
+    for (uint32_t i = 0; i < lean_n_; ++i) {
+      link_slot(lean_in_, lean_slots_[i]);
+      if (pool_[lean_slots_[i]].refs == 0) complete(lean_slots_[i]);  // a malformed frame
+    }
+    lean_ = false;
+    lean_n_ = 0;
+  }
+  kept_ = false;
   if (lean_) [[likely]] {
     // Every queue this burst filled was delivered above: its chains go back in order.
     const port::QueuePairDp& qp = t_->ports[lean_in_]->dp().qp[lean_qi_];
@@ -327,7 +338,7 @@ void Forwarder::flush_due() {
   const uint64_t predicted = gap_.predict();
   for (uint64_t m = held_; m; m &= m - 1) {
     const uint32_t o = static_cast<uint32_t>(std::countr_zero(m));
-    if (due_at_check(pol_[o], txq_[o].oldest_ns, now, predicted)) flush_port(o, prev);
+    if (due_at_check(pol_[o], txq_[o].oldest_ns, now, predicted)) flush_port(o, prev, true);
   }
   if (!held_) gap_fresh_ = true;
   publish_senders();
@@ -404,7 +415,7 @@ void Forwarder::publish_senders() {
   }
 }
 
-void Forwarder::flush_port(uint32_t o, uint64_t prev_check_ns) {
+void Forwarder::flush_port(uint32_t o, uint64_t prev_check_ns, bool may_keep) {
   Txq& tq = txq_[o];
   const uint32_t cnt = tq.n;
   port::VhostPort* op = t_->ports[o];
@@ -431,7 +442,24 @@ void Forwarder::flush_port(uint32_t o, uint64_t prev_check_ns) {
   if (tg.via != port::PortDp::kDirect) [[unlikely]] {
     hand_off(o, tg.via, tg.q[0], od.gen, tq.slot, cnt);
   } else if (tg.n == 1) [[likely]] {
-    deliver_to(o, tg.q[0], in_pool(tq.slot), cnt, now);
+    // A full receive queue: with a retry bound, what did not fit waits in the queue for the
+    // next pass (tx_retry_us), unless it is already that old.
+    // A frame of more than kInlineSegs segments (must_flush_) cannot outlive its burst: its
+    // segments are in the burst's arena. Such a queue is not kept.
+    const uint64_t keep_ns = may_keep && !(must_flush_ & bit(o)) ? od.tx_retry_ns : 0;
+    const uint32_t done = deliver_to(o, tg.q[0], in_pool(tq.slot), cnt, now, keep_ns);
+    if (done < cnt) [[unlikely]] {
+      const uint32_t kept = cnt - done;
+      for (uint32_t i = 0; i < done; ++i) unref(tq.slot[i]);
+      std::memmove(tq.slot, tq.slot + done, kept * sizeof tq.slot[0]);
+      tq.n = kept;
+      tq.oldest_ns = pool_[tq.slot[0]].t_ns;
+      held_ |= bit(o);
+      kept_ = true;
+      PortCounters::add(counters_[o].tx_retries, kept);
+      PortCounters::add(routed_[o], ~uint64_t{kept} + 1);  // counted again when retried
+      return;
+    }
   } else {
     // Several candidate queues: group the frames by the queue their flow hash picks,
     // keeping each group in order (so each flow stays in order), then one batch per queue.
@@ -456,19 +484,22 @@ void Forwarder::flush_port(uint32_t o, uint64_t prev_check_ns) {
 }
 
 template <class Get>
-void Forwarder::deliver_to(uint32_t o, uint32_t qi, Get&& frame, uint32_t n, uint64_t now) {
+uint32_t Forwarder::deliver_to(uint32_t o, uint32_t qi, Get&& frame, uint32_t n, uint64_t now,
+                               uint64_t keep_ns) {
   const port::QueuePairDp& qp = t_->ports[o]->dp().qp[qi];
   port::QueueShared* sh = qp.rx_shared;
+  uint32_t done = n;
   sh->enter(thread_);  // self-check: this thread is the queue's only writer (port.h)
   // The receive ring's layout is chosen once per batch.
   if (qp.rxq && !qp.rxq->broken()) {
-    deliver_queue(o, qi, qp.rxq, frame, n, now);
+    done = deliver_queue(o, qi, qp.rxq, frame, n, now, keep_ns);
   } else if (qp.rxq_packed && !qp.rxq_packed->broken()) {
-    deliver_queue(o, qi, qp.rxq_packed, frame, n, now);
+    done = deliver_queue(o, qi, qp.rxq_packed, frame, n, now, keep_ns);
   } else {
     for (uint32_t j = 0; j < n; ++j) counters_[frame(j).src].drop(Drop::kNoDestination);
   }
   sh->leave();
+  return done;
 }
 
 void Forwarder::hand_off(uint32_t o, uint32_t via, uint32_t qi, uint32_t gen,
@@ -554,8 +585,8 @@ void Forwarder::deliver_handed(const Handed* h, uint32_t n) {
 }
 
 template <class Q, class Get>
-void Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, uint32_t cnt,
-                              uint64_t now) {
+uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, uint32_t cnt,
+                                  uint64_t now, uint64_t keep_ns) {
   port::VhostPort* op = t_->ports[o];
   const port::PortDp& od = op->dp();
   PortCounters& oc = counters_[o];
@@ -585,6 +616,13 @@ void Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, uint3
         bytes += sl.len;
         continue;
       }
+      // The receive queue is full and nothing of the frame went in: keep it (and the
+      // frames after it, in order) for a retry while it is younger than the bound. A frame
+      // segmented in software may have had segments delivered: it is never kept.
+      if (ds == DeliverStatus::kNoBuffer && keep_ns && now - std::min(now, sl.t_ns) < keep_ns) {
+        --run_n;
+        break;
+      }
       st = offload::map(ds);
     } else {
       st = soft_.deliver(*rq, scratch_, sl.hdr, sl.segs, sl.nsegs, sl.len, od, oc);
@@ -605,6 +643,7 @@ void Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, uint3
                 "port {}: malformed receive chain or avail index; receive queue {} stopped "
                 "(pmd {}: {})",
                 op->config().name, qi, thread_, rq->state());
+      j = cnt;  // all counted: none kept
       break;
     }
   }
@@ -615,6 +654,7 @@ void Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, uint3
   PortCounters::add(qc.tx_bytes, bytes);
   if (nobuf) PortCounters::add(qc.no_rx_buffer, nobuf);
   rq->publish_used();
+  return j;
 }
 
 }  // namespace vl::dp

@@ -176,10 +176,15 @@ class Forwarder {
   void enqueue_run(uint32_t out, const uint16_t* s, uint32_t n);
   /// Delivers `n` frames (`frame(j)`: a const Slot&) into guest receive queue `qi` of port
   /// `o`, which this thread writes.
+  /// `keep_ns` (0: none): a frame that finds the queue full and is younger than that stops
+  /// the delivery, to be retried (port::PortDp::tx_retry_ns). Returns the frames delivered
+  /// or dropped: frame(returned value) onwards were kept.
   template <class Get>
-  void deliver_to(uint32_t o, uint32_t qi, Get&& frame, uint32_t n, uint64_t now);
+  uint32_t deliver_to(uint32_t o, uint32_t qi, Get&& frame, uint32_t n, uint64_t now,
+                      uint64_t keep_ns = 0);
   template <class Q, class Get>
-  void deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, uint32_t n, uint64_t now);
+  uint32_t deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, uint32_t n, uint64_t now,
+                         uint64_t keep_ns);
   /// Copies `n` slots for guest receive queue `qi` of port `o` (routing generation `gen`)
   /// into the handoff ring to PMD thread `via`, which writes that queue.
   void hand_off(uint32_t o, uint32_t via, uint32_t qi, uint32_t gen, const uint16_t* slots,
@@ -193,14 +198,19 @@ class Forwarder {
   };
   /// Delivers a batch of handed-off frames (all for one port, queue and generation).
   void deliver_handed(const Handed* h, uint32_t n);
-  /// Takes a free slot for a chain just popped from (`in`, `qi`) (appended to `in`'s retire
-  /// order: one order per port, whose sub-order per queue is each queue's order).
-  uint16_t take_slot(uint32_t in, uint32_t qi, uint16_t head, uint16_t ring_descs);
+  /// Takes a free slot for a chain just popped from (`in`, `qi`).
+  uint16_t new_slot(uint32_t in, uint32_t qi, uint16_t head, uint16_t ring_descs);
+  /// Appends slot `s` to `in`'s retire order (one order per port, whose sub-order per queue
+  /// is each queue's order).
+  void link_slot(uint32_t in, uint16_t s);
   /// Returns the sender's done chains, oldest first, up to its first slot still queued.
   void retire(uint32_t src);
   void enqueue(uint32_t out, uint16_t s);
   void flood(uint32_t in, uint16_t s);
-  void flush_port(uint32_t out, uint64_t check_ns);
+  /// Delivers output `out`'s queue. `may_keep`: frames that find its receive queue full
+  /// may stay queued for a retry (PortDp::tx_retry_ns); never from flush_all() nor from a
+  /// full queue's flush.
+  void flush_port(uint32_t out, uint64_t check_ns, bool may_keep = false);
   void flush_due();
   void unref(uint16_t s) {
     if (--pool_[s].refs == 0) complete(s);
@@ -231,6 +241,7 @@ class Forwarder {
   uint16_t lean_slots_[kMaxBurst];
   uint32_t lean_n_ = 0;
   uint32_t lean_in_ = 0, lean_qi_ = 0;
+  bool kept_ = false;             // flush_port kept frames for a retry since take_burst
   Handed handed_[kMaxBurst];      // a batch of handed-off frames being delivered
   Txq txq_[port::kMaxPorts];
   uint64_t held_ = 0;             // outputs whose queue is not empty

@@ -45,6 +45,7 @@ const char* soft_name(Soft s);
 /// A plain copy of counters, summed over PMD threads for display.
 struct CounterSnapshot {
   uint64_t rx_packets = 0, rx_bytes = 0, tx_packets = 0, tx_bytes = 0;
+  uint64_t tx_retries = 0;
   uint64_t drops[kNumDrops] = {};
   uint64_t soft[kNumSoft] = {};
 };
@@ -53,6 +54,8 @@ struct CounterSnapshot {
 /// thread with relaxed loads). Direction is the switch's view (INTERFACES.md).
 struct PortCounters {
   std::atomic<uint64_t> rx_packets{0}, rx_bytes{0}, tx_packets{0}, tx_bytes{0};
+  /// Egress: frames kept for a retry because the receive queue was full (tx_retry_us).
+  std::atomic<uint64_t> tx_retries{0};
   std::atomic<uint64_t> drops[kNumDrops] = {};
   std::atomic<uint64_t> soft[kNumSoft] = {};
   static void add(std::atomic<uint64_t>& c, uint64_t n) {
@@ -66,6 +69,7 @@ struct PortCounters {
     s.rx_bytes += rx_bytes.load(std::memory_order_relaxed);
     s.tx_packets += tx_packets.load(std::memory_order_relaxed);
     s.tx_bytes += tx_bytes.load(std::memory_order_relaxed);
+    s.tx_retries += tx_retries.load(std::memory_order_relaxed);
     for (uint32_t d = 0; d < kNumDrops; ++d) s.drops[d] += drops[d].load(std::memory_order_relaxed);
     for (uint32_t k = 0; k < kNumSoft; ++k) s.soft[k] += soft[k].load(std::memory_order_relaxed);
   }
@@ -165,6 +169,7 @@ struct PortDp {
   bool mrg_rxbuf = false;              ///< mergeable receive buffers negotiated
   uint64_t features = 0;               ///< negotiated virtio features (offloads: offload/)
   uint32_t max_frame = virtio::kMaxFrameLen;  ///< largest frame deliverable (bytes)
+  uint64_t tx_retry_ns = 0;  ///< bounded retry into a full receive queue (VhostPortConfig)
 
   bool has_rxq() const { return rx_ready != 0; }
   bool has_txq() const {

@@ -258,6 +258,7 @@ void VhostPort::resume_datapath() {
   d.mrg_rxbuf = has(backend_.features(), kNetFMrgRxbuf);
   d.features = backend_.features();
   d.max_frame = max_frame();
+  d.tx_retry_ns = uint64_t{cfg_.tx_retry_us} * 1000;
   dp_ = d;
   for (uint32_t q = 0; q < d.nqp; ++q) {
     const vhost::Vring& tx = backend_.vring(vhost::tx_vring(q));

@@ -19,6 +19,10 @@ namespace vl::port {
 enum class SocketMode : uint8_t { kServer, kClient };
 
 /// Static configuration of one vhost-user port.
+/// Default of VhostPortConfig::tx_retry_us, and its largest value (µs).
+inline constexpr uint32_t kDefaultTxRetryUs = 20;
+inline constexpr uint32_t kMaxTxRetryUs = 10000;
+
 struct VhostPortConfig {
   std::string name;
   SocketMode mode = SocketMode::kServer;
@@ -31,6 +35,12 @@ struct VhostPortConfig {
   bool offloads = true;         ///< offer CSUM/GUEST_CSUM/TSO/ECN (offload::kOffloadFeatures)
   /// Queue pairs offered (GET_QUEUE_NUM; VIRTIO_NET_F_MQ when above 1), 1..8.
   uint32_t max_queues = 8;
+  /// Bounded retry into this port's full receive queue (µs, 0: drop at once): a frame that
+  /// finds no receive buffer is kept in its intermediate queue and delivered at the next
+  /// passes until it is this old (from being taken off its sender's ring), then dropped as
+  /// no_rx_buffer. Frames kept count in tx_retries. Like OVS's tx-retries-max, bounded in
+  /// time rather than attempts.
+  uint32_t tx_retry_us = kDefaultTxRetryUs;
   /// Most bytes of guest memory one connection may map (SET_MEM_TABLE beyond it is
   /// refused): bounds the address space a front-end can take.
   uint64_t max_guest_memory = uint64_t{1} << 40;
@@ -45,6 +55,7 @@ enum PortKey : uint32_t {
   kKeySocketOwner = 2,
   kKeySocketGroup = 4,
   kKeyMaxGuestMemory = 8,
+  kKeyTxRetry = 16,
 };
 
 /// Told before a port's rings or memory change, so that a direct link serving that port's

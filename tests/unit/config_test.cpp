@@ -79,5 +79,28 @@ TEST(ConfigValidate, XconnectFromTomlRefusesAPortWithoutPeer) {
   EXPECT_TRUE(validate(cfg, &err)) << err;
 }
 
+// tx_retry_us (bounded retry into a full receive queue): the file's global value fills in
+// every port that does not set its own; out-of-range values are refused.
+TEST(ConfigToml, TxRetryGlobalAndPerPort) {
+  const std::string f = write_toml(
+      "tx_retry_us = 50\n"
+      "[[port]]\nname = \"a\"\npath = \"/tmp/vl-ct-a.sock\"\n"
+      "[[port]]\nname = \"b\"\npath = \"/tmp/vl-ct-b.sock\"\ntx_retry_us = 0\n");
+  SwitchConfig c;
+  std::string err;
+  ASSERT_TRUE(load_toml(f, &c, &err)) << err;
+  apply_port_defaults(&c);
+  ASSERT_EQ(c.ports.size(), 2u);
+  EXPECT_EQ(c.ports[0].tx_retry_us, 50u);
+  EXPECT_EQ(c.ports[1].tx_retry_us, 0u);
+  std::remove(f.c_str());
+  const std::string bad = write_toml("tx_retry_us = 20000\n");
+  SwitchConfig c2;
+  EXPECT_FALSE(load_toml(bad, &c2, &err));
+  EXPECT_NE(err.find("tx_retry_us"), std::string::npos) << err;
+  std::remove(bad.c_str());
+  EXPECT_EQ(port::VhostPortConfig{}.tx_retry_us, port::kDefaultTxRetryUs);
+}
+
 }  // namespace
 }  // namespace vl::app

@@ -29,11 +29,15 @@ std::vector<uint8_t> frame_to(uint8_t dst, uint8_t src, uint32_t len, uint8_t ta
   return f;
 }
 
+uint64_t g_now_ns = 1000000;  // the fake clock of the retry tests
+uint64_t fake_now() { return g_now_ns; }
+
 /// `n` ports of one queue pair each (real VhostPorts driven over socketpairs), one PMD
 /// thread's Forwarder.
 class ForwardSteps : public ::testing::Test {
  protected:
-  void start(uint32_t n, dp::ForwardMode mode) {
+  void start(uint32_t n, dp::ForwardMode mode, uint32_t tx_retry_us = port::kDefaultTxRetryUs,
+             uint64_t (*clock)() = &dp::tsc_now_ns) {
     q = std::make_unique<FakeQuiescer>(1);
     fdb = std::make_unique<dp::Fdb>(1024, 64, 300);
     for (uint32_t i = 0; i < n; ++i) {
@@ -42,6 +46,7 @@ class ForwardSteps : public ::testing::Test {
       c.path = "/nonexistent";
       c.max_queues = 1;
       c.mtu = 1500;
+      c.tx_retry_us = tx_retry_us;
       ports.push_back(std::make_unique<port::VhostPort>(i, c, q.get()));
       fes.push_back(std::make_unique<Frontend>(1));
       UniqueFd x, y;
@@ -61,7 +66,7 @@ class ForwardSteps : public ::testing::Test {
     tables.mode = mode;
     for (uint32_t i = 0; i < n; ++i) tables.xc_peer[i] = i ^ 1;
     tables.fdb = fdb.get();
-    fw = std::make_unique<dp::Forwarder>(&tables, &dp::tsc_now_ns, 0);
+    fw = std::make_unique<dp::Forwarder>(&tables, clock, 0);
   }
   test::FakeVring& tx(uint32_t p) { return *fes[p]->rings[1]; }
   test::FakeVring& rx(uint32_t p) { return *fes[p]->rings[0]; }
@@ -239,6 +244,118 @@ TEST_F(ForwardSteps, FramesWithOffloadsTakeTheCheckedPath) {
   const auto got = received(1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0][14], 2);
+}
+
+// Bounded retry into a full receive queue (tx_retry_us, like OVS's tx-retries-max).
+TEST_F(ForwardSteps, FullReceiveQueueRetriedWithinTheBound) {
+  start(2, dp::ForwardMode::kXconnect, 20, &fake_now);
+  std::vector<uint16_t> heads;
+  for (uint8_t i = 0; i < 8; ++i) heads.push_back(send(0, frame_to(2, 1, 64, i)));
+  post_rx(1, 3);  // room for 3 of 8
+  EXPECT_EQ(fw->poll(0, 0), 8u);
+  EXPECT_EQ(received(1).size(), 3u);
+  EXPECT_TRUE(fw->holding());  // 5 wait for receive buffers
+  EXPECT_EQ(returned(0), (std::vector<uint16_t>(heads.begin(), heads.begin() + 3)));
+  EXPECT_GE(fw->counters(1).tx_retries.load(), 5u);  // each time a frame is kept
+  // The guest refills 10 us later: the next pass delivers the rest, in order, none dropped.
+  g_now_ns += 10000;
+  post_rx(1, 8);
+  fw->end_pass();
+  const auto got = received(1);
+  ASSERT_EQ(got.size(), 5u);
+  for (uint8_t i = 0; i < 5; ++i) EXPECT_EQ(got[i][14], 3 + i);
+  EXPECT_EQ(returned(0), (std::vector<uint16_t>(heads.begin() + 3, heads.end())));
+  EXPECT_EQ(drops(1, port::Drop::kNoRxBuffer), 0u);
+  EXPECT_FALSE(fw->holding());
+}
+
+TEST_F(ForwardSteps, ReceiverThatNeverRefillsCostsNoMoreThanTheBound) {
+  // a -> b (b never posts a buffer) and a -> c, bridged: c gets its frames at once; a's
+  // chains wait no longer than the bound (20 us); then b's frames are dropped and counted.
+  start(3, dp::ForwardMode::kBridge, 20, &fake_now);
+  post_rx(2, 16);
+  send(1, frame_to(9, 2, 64, 0));  // the bridge learns MACs 2 (on b) and 3 (on c)
+  send(2, frame_to(9, 3, 64, 0));
+  fw->poll(1, 0);
+  fw->poll(2, 0);
+  fw->flush_all();
+  for (uint32_t p = 0; p < 3; ++p) received(p), returned(p);
+  const uint64_t nobuf0 = drops(1, port::Drop::kNoRxBuffer);
+  std::vector<uint16_t> heads;
+  for (uint8_t i = 0; i < 6; ++i) heads.push_back(send(0, frame_to(i % 2 ? 3 : 2, 1, 64, i)));
+  EXPECT_EQ(fw->poll(0, 0), 6u);
+  EXPECT_EQ(received(2).size(), 3u);  // c's three, at once
+  EXPECT_TRUE(returned(0).empty());   // the first chain waits for b
+  for (int pass = 0; pass < 5; ++pass) {  // passes within the bound: still waiting
+    g_now_ns += 3000;
+    fw->end_pass();
+  }
+  EXPECT_TRUE(returned(0).empty());
+  g_now_ns += 6000;  // 21 us after the burst was taken
+  fw->end_pass();
+  EXPECT_EQ(drops(1, port::Drop::kNoRxBuffer) - nobuf0, 3u);
+  EXPECT_EQ(returned(0), heads);
+  EXPECT_FALSE(fw->holding());
+  EXPECT_GE(fw->counters(1).tx_retries.load(), 3u);
+}
+
+TEST_F(ForwardSteps, NoRetryWhenTheBoundIsZero) {
+  start(2, dp::ForwardMode::kXconnect, 0, &fake_now);
+  for (uint8_t i = 0; i < 4; ++i) send(0, frame_to(2, 1, 64, i));
+  post_rx(1, 1);
+  EXPECT_EQ(fw->poll(0, 0), 4u);
+  EXPECT_FALSE(fw->holding());
+  EXPECT_EQ(received(1).size(), 1u);
+  EXPECT_EQ(drops(1, port::Drop::kNoRxBuffer), 3u);
+  EXPECT_EQ(fw->counters(1).tx_retries.load(), 0u);
+  EXPECT_EQ(returned(0).size(), 4u);
+}
+
+TEST_F(ForwardSteps, FramesKeptForARetryAreDeliveredBeforeSleeping) {
+  // flush_all (before a PMD thread sleeps, or stops) delivers or drops: nothing stays held.
+  start(2, dp::ForwardMode::kXconnect, 1000, &fake_now);
+  for (uint8_t i = 0; i < 4; ++i) send(0, frame_to(2, 1, 64, i));
+  EXPECT_EQ(fw->poll(0, 0), 4u);
+  EXPECT_TRUE(fw->holding());
+  fw->flush_all();
+  EXPECT_FALSE(fw->holding());
+  EXPECT_EQ(drops(1, port::Drop::kNoRxBuffer), 4u);
+  EXPECT_EQ(returned(0).size(), 4u);
+}
+
+TEST_F(ForwardSteps, KeptFramesSurviveTheNextBurstIntactAndManySegmentFramesAreNotKept) {
+  start(2, dp::ForwardMode::kXconnect, 1000, &fake_now);
+  // Burst 1: 4 frames of 3 segments (kept: no receive buffer); burst 2 reuses the arena.
+  std::vector<std::vector<uint8_t>> want;
+  for (uint8_t i = 0; i < 4; ++i) {
+    want.push_back(frame_to(2, 1, 300, i));
+    tx(0).add_tx(test::with_net_hdr(virtio::NetHdr{}, 12, want.back()), {100, 100, 112});
+  }
+  EXPECT_EQ(fw->poll(0, 0), 4u);
+  EXPECT_TRUE(fw->holding());
+  for (uint8_t i = 4; i < 8; ++i) {
+    want.push_back(frame_to(2, 1, 300, i));
+    tx(0).add_tx(test::with_net_hdr(virtio::NetHdr{}, 12, want.back()), {50, 262});
+  }
+  EXPECT_EQ(fw->poll(0, 0), 4u);
+  post_rx(1, 16);
+  g_now_ns += 1000;
+  fw->end_pass();
+  EXPECT_EQ(received(1), want);  // every byte, in order
+  EXPECT_EQ(returned(0).size(), 8u);
+  // b has 8 buffers left: used up by 8 plain frames.
+  for (uint8_t i = 0; i < 8; ++i) send(0, frame_to(2, 1, 64, i));
+  EXPECT_EQ(fw->poll(0, 0), 8u);
+  EXPECT_EQ(received(1).size(), 8u);
+  EXPECT_EQ(returned(0).size(), 8u);
+  // A frame of 6 segments (more than a slot keeps) finds the queue full: dropped at once.
+  const uint64_t nobuf = drops(1, port::Drop::kNoRxBuffer);
+  tx(0).add_tx(test::with_net_hdr(virtio::NetHdr{}, 12, frame_to(2, 1, 600, 9)),
+               {100, 100, 100, 100, 100, 112});
+  EXPECT_EQ(fw->poll(0, 0), 1u);
+  EXPECT_FALSE(fw->holding());
+  EXPECT_EQ(drops(1, port::Drop::kNoRxBuffer) - nobuf, 1u);
+  EXPECT_EQ(returned(0).size(), 1u);
 }
 
 }  // namespace
