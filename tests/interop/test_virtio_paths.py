@@ -147,14 +147,27 @@ class VirtioPaths(unittest.TestCase):
                 tb.wait_counter(p, "tx_packets", start[p]["tx_packets"] + 200, timeout=30)
             for _, tp in tps:
                 tb.testpmd_cmd(tp, "stop")
+            # Drained when the switch took every frame testpmd transmitted (its transmit
+            # rings are empty), not when the counters merely paused: a switch that is not
+            # scheduled for a while (ASan, a loaded machine) would look quiet too.
+            self.wait_taken(tb, before, group, tps)
             st = tb.wait_quiet(stable_s=0.4)
             for (_, ports), (name, _) in zip(group, tps):
                 self.check_size(name, size, ports, start, st)
-        # Drain what the switch put into the receive rings after the last stop.
+        # Drain what the switch put into the receive rings after the last stop: until each
+        # testpmd port received at least what the switch delivered to it (more would be a
+        # duplicate, and fails below).
         for _, tp in tps:
             tb.testpmd_cmd(tp, "set fwd rxonly", "start")
-        time.sleep(0.5)
         end = tb.switch_stats()
+        deadline = time.monotonic() + 20
+        for (_, ports), (_, tp) in zip(group, tps):
+            while time.monotonic() < deadline:
+                nic = tb.testpmd_port_stats(tp, 2)
+                if all(nic[i]["RX-packets"] >= delta(end, before, ports[i], "tx_packets")
+                       for i in (0, 1)):
+                    break
+                time.sleep(0.1)
         for ((packed, mrg, in_order, vec), ports), (name, tp) in zip(group, tps):
             res = tb.stop_testpmd(tp)
             text = res["text"]
@@ -173,6 +186,21 @@ class VirtioPaths(unittest.TestCase):
                                ("TX-packets", "rx_packets"), ("TX-bytes", "rx_bytes")):
                     self.assertEqual(nic[tk], delta(end, before, sw, sk),
                                      "%s port %d %s: %s" % (name, port, tk, nic))
+
+    def wait_taken(self, tb, before, group, tps, timeout=30):
+        """Waits until the switch took from each port every frame its testpmd transmitted."""
+        deadline = time.monotonic() + timeout
+        for (_, ports), (name, tp) in zip(group, tps):
+            while True:
+                nic = tb.testpmd_port_stats(tp, 2)
+                st = tb.switch_stats()
+                taken = [delta(st, before, ports[i], "rx_packets") for i in (0, 1)]
+                sent = [nic[i]["TX-packets"] for i in (0, 1)]
+                if taken == sent:
+                    break
+                if any(t > s for t, s in zip(taken, sent)) or time.monotonic() > deadline:
+                    self.fail("%s: the switch took %s frames, testpmd sent %s" % (name, taken, sent))
+                time.sleep(0.05)
 
     def check_size(self, name, size, ports, start, st):
         vltest.log("%s %d B: %s" % (name, size, vltest.fmt_stats(

@@ -482,6 +482,8 @@ class Testbed:
         env = dict(os.environ)
         for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LD_PRELOAD"):
             env.pop(k, None)
+        if interactive:  # line-buffered stdout, so testpmd_port_stats() can read replies
+            argv = ["stdbuf", "-oL"] + argv
         p = Proc("testpmd-" + name, argv, self.dir, env=env)
         p.interactive = interactive
         self.procs.append(p)
@@ -489,9 +491,8 @@ class Testbed:
             # Queued until EAL and port setup are done; the ring is ready by the time
             # testpmd reads it (it starts the ports before reading commands).
             self.testpmd_cmd(p, "start tx_first")
-        # stdout goes to a file, so testpmd's progress cannot be followed (it is block
-        # buffered); callers wait for the switch to see the port (wait_connected). Here
-        # only check that EAL init did not fail outright.
+        # Callers wait for the switch to see the port (wait_connected). Here only check
+        # that EAL init did not fail outright.
         time.sleep(0.3)
         if not p.alive():
             raise AssertionError("%s exited at start (%s):\n%s" %
@@ -505,6 +506,25 @@ class Testbed:
             p.p.stdin.flush()
         except (BrokenPipeError, OSError) as e:
             raise AssertionError("%s: cannot send %s: %s" % (p.name, cmds, e))
+
+    def testpmd_port_stats(self, p, nports, timeout=10):
+        """Asks an interactive testpmd for "show port stats all" and returns the fresh NIC
+        statistics ({port: {...}}, cumulative since it started) once it printed them."""
+        want = [len(re.findall(r"NIC statistics for port\s+%d\b" % i, read_text(p.log_path))) + 1
+                for i in range(nports)]
+        self.testpmd_cmd(p, "show port stats all")
+        deadline = time.monotonic() + timeout
+        while True:
+            text = read_text(p.log_path)
+            if all(len(re.findall(r"NIC statistics for port\s+%d\b" % i, text)) >= want[i]
+                   for i in range(nports)):
+                # the block is complete once the closing line of the last port is there
+                if re.search(r"NIC statistics for port\s+%d\b[\s\S]*?\n\s*#{10,}\s*\n" %
+                             (nports - 1), text[text.rfind("NIC statistics for port"):] + "\n"):
+                    return parse_testpmd(text)["nic"]
+            if time.monotonic() > deadline:
+                raise AssertionError("%s printed no port statistics within %.0f s" % (p.name, timeout))
+            time.sleep(0.05)
 
     def stop_testpmd(self, p, timeout=15):
         """Stops testpmd and returns parse_testpmd() of its whole output (plus "rc").
