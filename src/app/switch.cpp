@@ -442,6 +442,8 @@ control::Json Switch::ports_info() const {
                    {"connects", p.connects()},
                    {"messages", b.messages()},
                    {"mtu", b.mtu()},
+                   {"mtu_config", p.config().mtu},
+                   {"max_frame", p.dp().max_frame},
                    {"features", hex(b.features())},
                    {"protocol_features", hex(b.protocol_features())},
                    {"mapped_bytes", b.memory() ? b.memory()->mapped_bytes() : 0},

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -39,11 +40,15 @@ void print_stats(const Json& r) {
 
 void print_ports(const Json& r) {
   for (const auto& p : r) {
-    fmt::print("{} ({} {}): {}, pmd {} (queue pair 0; ctl pmd-rxq-show for all), {} connect(s), mtu {}, features {}\n",
+    // mtu: the configured one (0: none) and the guest's (VIRTIO_NET_F_MTU, NET_SET_MTU).
+    const auto mtu = [](uint32_t v) { return v ? std::to_string(v) : std::string("none"); };
+    fmt::print("{} ({} {}): {}, pmd {} (queue pair 0; ctl pmd-rxq-show for all), {} connect(s), "
+               "mtu {} (guest: {}), features {}\n",
                p["name"].get<std::string>(), p["type"].get<std::string>(),
-               p["path"].get<std::string>(), p["state"].get<std::string>(), p["pmd"].get<int>(),
-               p["connects"].get<uint64_t>(), p["mtu"].get<uint32_t>(),
-               p["features"].get<std::string>());
+               p["path"].get<std::string>(), p["state"].get<std::string>(),
+               p["pmd"].get<int>() < 0 ? std::string("none") : std::to_string(p["pmd"].get<int>()),
+               p["connects"].get<uint64_t>(), mtu(p.value("mtu_config", 0u)),
+               mtu(p["mtu"].get<uint32_t>()), p["features"].get<std::string>());
     for (const auto& v : p["vrings"]) {
       fmt::print("  vring {} (queue pair {}) {:<9} {:<6} size {:<5} {}{}{}\n", v["index"].get<int>(),
                  v.value("queue", 0), v["role"].get<std::string>(),
@@ -54,12 +59,13 @@ void print_ports(const Json& r) {
   }
 }
 
-void print_fdb(const Json& r) {
+/// `all`: the user asked for every entry (no note that the list was cut).
+void print_fdb(const Json& r, bool all) {
   fmt::print("{:<18} {:<12} {:>6}\n", "MAC", "PORT", "AGE_S");
   for (const auto& e : r)
     fmt::print("{:<18} {:<12} {:>6}\n", e["mac"].get<std::string>(), e["port"].get<std::string>(),
                e["age_s"].get<uint32_t>());
-  if (r.size() == app::Switch::kFdbShown)
+  if (!all && r.size() == app::Switch::kFdbShown)
     fmt::print("(the first {} entries: `virtlink ctl fdb [PORT] all` lists every one)\n", r.size());
 }
 
@@ -129,9 +135,9 @@ int run_ctl(const CtlArgs& a) {
                              err.find("No such file") != std::string::npos;
     fmt::print(stderr, "virtlink ctl {}: {}{}\n", a.command, err,
                unreachable ? fmt::format(" (is the switch running with --control {}?)", path) : "");
-    // A command the switch does not know is a usage error (exit 2, like every other one);
-    // a failure of a known command is 1.
-    return err.rfind("unknown command", 0) == 0 ? 2 : 1;
+    // A command the switch does not know, or a known one given the wrong arguments, is a
+    // usage error (exit 2, like every other one); any other failure of a command is 1.
+    return err.rfind("unknown command", 0) == 0 || err.rfind("usage:", 0) == 0 ? 2 : 1;
   }
   if (a.json) {
     fmt::print("{}\n", result.dump(2));
@@ -139,7 +145,8 @@ int run_ctl(const CtlArgs& a) {
   }
   if (a.command == "stats") print_stats(result);
   else if (a.command == "ports") print_ports(result);
-  else if (a.command == "fdb") print_fdb(result);
+  else if (a.command == "fdb")
+    print_fdb(result, std::find(a.args.begin(), a.args.end(), "all") != a.args.end());
   else if (a.command == "pmd-stats") print_pmd(result);
   else if (a.command == "pmd-rxq-show" || a.command == "pmd-rebalance") print_rxq_show(result);
   else if (a.command == "link" || a.command == "unlink") print_link(result);

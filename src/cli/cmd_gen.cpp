@@ -1,4 +1,9 @@
+#include <sched.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -18,12 +23,15 @@ void add_gen_command(CLI::App& app, GenArgs& a) {
                 "NAME=vhost-user-client:PATH (gen connects) or NAME=vhost-user:PATH (gen listens); "
                 "ports pair 1<->2, 3<->4; optional ,mac=aa:bb:cc:dd:ee:ff")
       ->required();
-  g->add_option("--rate", a.rate_pps, "frames per second per stream (0: as fast as possible)");
-  g->add_option("--rate-percent", a.rate_percent, "percent of line rate of --link-gbps");
+  g->add_option("--rate", a.rate_pps, "frames per second per stream (0: as fast as possible)")
+      ->check(CLI::NonNegativeNumber);
+  g->add_option("--rate-percent", a.rate_percent, "percent of line rate of --link-gbps")
+      ->check(CLI::NonNegativeNumber);
   g->add_option("--link-gbps", a.link_gbps, "link speed for --rate-percent (10)");
   g->add_option("--size", a.size, "frame bytes without FCS (64..9018) or imix");
   g->add_option("--flows", a.flows, "flows per stream (1..1000000)")->check(CLI::Range(1, 1000000));
-  g->add_option("--duration", a.duration_s, "seconds of transmission");
+  g->add_option("--duration", a.duration_s, "seconds of transmission (above 0)")
+      ->check(CLI::PositiveNumber);
   g->add_flag("--unidirectional", a.unidirectional, "only the first port of each pair transmits");
   g->add_flag("--no-learn", a.no_learn, "skip RFC 2889 address learning");
   g->add_flag("--check-payload", a.check_payload,
@@ -194,8 +202,29 @@ int run_gen(const GenArgs& a) {
   c.check_payload = a.check_payload;
   c.cpu = a.cpu;
   c.max_lag_slots = a.max_lag;
-  gen::Generator g(c);
   std::string err;
+  if (!gen::check_trial(c.rate_pps, c.duration_s, &err)) {
+    spdlog::error("gen: {}", err);
+    return 2;
+  }
+  if (c.cpu >= 0) {  // like the switch's --pmd-cores: a CPU this process may run on
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (c.cpu >= CPU_SETSIZE ||
+        (sched_getaffinity(0, sizeof allowed, &allowed) == 0 && !CPU_ISSET(c.cpu, &allowed))) {
+      spdlog::error("gen: --cpu {} is not a CPU this process may run on", c.cpu);
+      return 2;
+    }
+  }
+  if (!a.json_file.empty()) {  // fail before the trial, not after it
+    const auto slash = a.json_file.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : a.json_file.substr(0, slash + 1);
+    if (access(dir.c_str(), W_OK) != 0) {
+      spdlog::error("gen: --json {}: cannot write in {}: {}", a.json_file, dir, strerror(errno));
+      return 2;
+    }
+  }
+  gen::Generator g(c);
   if (!g.open(&err)) {
     spdlog::error("gen: {}", err);
     return 1;

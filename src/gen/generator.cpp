@@ -83,6 +83,21 @@ bool Generator::open(std::string* err) {
   return true;
 }
 
+bool check_trial(double rate_pps, double duration_s, std::string* err) {
+  if (!(rate_pps >= 0) || !(duration_s > 0)) {
+    *err = "rate must be >= 0 and duration > 0";
+    return false;
+  }
+  const double slots = (rate_pps > 0 ? rate_pps : 30e6) * duration_s;
+  if (slots > kMaxPlannedSlots) {
+    *err = fmt::format("{:.3g} frames per stream planned (rate x duration{}): at most {:.3g}; "
+                       "shorten the duration or lower the rate",
+                       slots, rate_pps > 0 ? "" : ", at 30 Mpps for rate 0", kMaxPlannedSlots);
+    return false;
+  }
+  return true;
+}
+
 bool Generator::set_trial(double rate_pps, uint32_t frame_size, uint32_t flows, double duration_s,
                           std::string* err) {
   const uint32_t need = (frame_size ? frame_size : 1518) + 12;
@@ -98,10 +113,11 @@ bool Generator::set_trial(double rate_pps, uint32_t frame_size, uint32_t flows, 
     *err = fmt::format("frame size {} outside {}..{}", frame_size, kMinFrame, kMaxFrame);
     return false;
   }
-  if (flows < 1 || rate_pps < 0 || duration_s <= 0) {
-    *err = "flows must be >= 1, rate >= 0, duration > 0";
+  if (flows < 1) {
+    *err = "flows must be >= 1";
     return false;
   }
+  if (!check_trial(rate_pps, duration_s, err)) return false;
   cfg_.rate_pps = rate_pps;
   cfg_.frame_size = frame_size;
   cfg_.flows = flows;

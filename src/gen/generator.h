@@ -90,6 +90,14 @@ struct GenResult {
 /// IMIX (Simple IMIX, 7:4:1 of 64, 570, 1518 bytes): the size of frame number `seq`.
 uint32_t imix_size(uint64_t seq);
 
+/// Most slots one trial may plan per stream (rate x duration; at --rate 0 the plan assumes
+/// 30 Mpps): the loss tracker keeps a bit per slot, so this bounds it at 512 MiB a stream.
+inline constexpr double kMaxPlannedSlots = 4.0e9;
+
+/// Checks a trial's rate (pps, 0: as fast as possible) and duration (s): false with `*err`
+/// for a negative rate, a duration not above 0, or more than kMaxPlannedSlots slots.
+bool check_trial(double rate_pps, double duration_s, std::string* err);
+
 class Generator {
  public:
   explicit Generator(GenConfig c) : cfg_(std::move(c)) {}

@@ -51,7 +51,9 @@ bool Frontend::connect(const FrontendOptions& o, std::string* err) {
       usleep(50000);
     }
   }
-  unlink(o.path.c_str());
+  // Never take over (and later remove) a socket a live back-end listens on, such as a
+  // switch's own vhost-user server socket given here by mistake.
+  if (!clear_stale_socket(o.path, a, "vhost-user socket", err)) return false;
   UniqueFd l(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (bind(l.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(l.get(), 1) != 0) {
     *err = fmt::format("cannot listen on {}: {}", o.path, strerror(errno));

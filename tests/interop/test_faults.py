@@ -227,7 +227,14 @@ class Faults(unittest.TestCase):
                 (["switch", "--config", cfg, "--control", tb.ctl_path], "port 'd' has no peer"),
                 (["gen", "--port", "g0=vhost-user-client:" + tb.sock("a"), "--duration", "1"],
                  "even number of --port"),
-            ]
+            ] + [  # gen's values: a negative duration aborted (bad_alloc), others were accepted
+                (["gen", "--port", "g0=vhost-user-client:" + tb.sock("a"),
+                  "--port", "g1=vhost-user-client:" + tb.sock("b")] + extra, msg)
+                for extra, msg in ((["--duration", "-1"], "--duration"),
+                                   (["--rate", "-5"], "--rate"),
+                                   (["--cpu", "4095"], "--cpu 4095"),
+                                   (["--duration", "100000"], "frames per stream planned"),
+                                   (["--json", "/nonexistent/x.json"], "--json"))]
             for argv, msg in cases:
                 r = run(*argv)
                 err = r.stderr.decode(errors="replace")
@@ -241,10 +248,26 @@ class Faults(unittest.TestCase):
             with open(cfg) as f:
                 tb.start_switch(ports=["e"], forward=None, pmd_cores="1", config=f.read())
             self.assertEqual(sorted(tb.ports_info()), ["b", "c", "d", "e"])
-            # A command the switch does not know is a usage error too.
+            # A command the switch does not know is a usage error too, and so is a known one
+            # with its arguments wrong.
             r = run("ctl", "--control", tb.ctl_path, "stat")
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn("unknown command 'stat'", r.stderr.decode(), r.stderr)
+            for argv in (["set-flush", "b"], ["fdb", "b", "all", "extra"]):
+                r = run("ctl", "--control", tb.ctl_path, *argv)
+                self.assertEqual(r.returncode, 2, (argv, r.stderr))
+                self.assertIn("usage:", r.stderr.decode(), argv)
+            # gen told to listen (vhost-user:) on the switch's own server socket refuses
+            # instead of removing it: the switch's port stays reachable.
+            r = run("gen", "--port", "g0=vhost-user:" + tb.sock("b"),
+                    "--port", "g1=vhost-user:" + tb.sock("c"), "--duration", "1")
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("listening on", r.stderr.decode(), r.stderr)
+            for n in ("b", "c"):
+                self.assertTrue(os.path.exists(tb.sock(n)), n)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(tb.sock("b"))  # the switch still accepts on it
+            s.close()
             for argv, out in ((["--help"], "switch"), (["switch", "--help"], "--forward"),
                               (["--version"], "")):
                 r = run(*argv)
