@@ -249,7 +249,15 @@ template <class Q>
     return;
   }
   const uint32_t now_s = t_->now_s.load(std::memory_order_relaxed);
-  Mac last_src = ~Mac{0};
+  // Consecutive frames to one source MAC are learned once, to one destination MAC looked
+  // up once, and frames to one output port enqueued as one run (burst_[run_b..i)).
+  constexpr uint32_t kNone = ~0u;
+  Mac last_src = ~Mac{0}, last_dst = ~Mac{0};
+  uint32_t last_o = kNone, run_o = kNone, run_b = 0;
+  auto end_run = [&](uint32_t i) {
+    if (run_o != kNone) enqueue_run(run_o, burst_ + run_b, i - run_b);
+    run_o = kNone;
+  };
   for (uint32_t i = 0; i < k; ++i) {
     const uint16_t s = burst_[i];
     const Slot& sl = pool_[s];
@@ -261,16 +269,27 @@ template <class Q>
     if (src != last_src && !mac_is_multicast(src)) {
       t_->fdb->learn(src, in, now_s);
       last_src = src;
+      last_dst = ~Mac{0};  // a learned source may be a later frame's destination
     }
-    if (mac_is_multicast(dst)) {
-      flood(in, s);
-      continue;
+    if (!mac_is_multicast(dst)) [[likely]] {
+      if (dst != last_dst) {
+        last_dst = dst;
+        last_o = t_->fdb->lookup(dst);
+      }
+      if (last_o != Fdb::kNoPort && last_o < t_->nports && last_o != in) [[likely]] {
+        if (last_o != run_o) {
+          end_run(i);
+          run_o = last_o;
+          run_b = i;
+        }
+        continue;
+      }
     }
-    const uint32_t o = t_->fdb->lookup(dst);
-    if (o == Fdb::kNoPort || o >= t_->nports) flood(in, s);
-    else if (o == in) c.drop(Drop::kNoDestination);  // never back out of the ingress port
-    else enqueue(o, s);
+    end_run(i);
+    if (mac_is_multicast(dst) || last_o == Fdb::kNoPort || last_o >= t_->nports) flood(in, s);
+    else c.drop(Drop::kNoDestination);  // never back out of the ingress port
   }
+  end_run(k);
 }
 
 // Step 3, end the burst: delivers the queues that are due now (rx-batch, and queues holding
