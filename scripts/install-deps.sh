@@ -19,8 +19,8 @@ PKGS=(
   xz-utils
   # benchmark anchor: OVS-DPDK (bench/topologies.py runs its own private instance)
   openvswitch-switch-dpdk
-  # reports
-  gnuplot-nox python3
+  # reports; instructions per frame (bench/instructions.py: this VM has no hardware counters)
+  gnuplot-nox python3 valgrind
 )
 
 missing=()
