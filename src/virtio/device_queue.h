@@ -60,6 +60,33 @@ struct Chain {
   uint32_t ndesc;      ///< descriptors read to walk it (direct and indirect): its cost
 };
 
+/// The common chain, popped inline by both ring layouts: one descriptor (a local copy of
+/// its flags, addr and len) of the right direction, non-empty, in one region. Returns our
+/// pointer to its buffer, or nullptr when the chain needs the general walk (pop_walk(),
+/// which makes the same checks and more).
+template <bool kDeviceWrites>
+inline uint8_t* one_descriptor_buffer(const GuestMemory& mem, uint16_t flags, uint64_t addr,
+                                      uint32_t len) {
+  constexpr uint16_t kWalk = kDescFNext | kDescFIndirect;
+  if ((flags & kWalk) || static_cast<bool>(flags & kDescFWrite) != kDeviceWrites || len == 0)
+    return nullptr;
+  uint64_t contig = 0;
+  uint8_t* p = mem.translate(addr, len, &contig);
+  return p && contig == len ? p : nullptr;
+}
+
+/// Records a one-descriptor chain (`head`, buffer `p` of `len` bytes) in `arena` and `*chain`.
+inline void take_one(SegmentArena& arena, Chain* chain, uint16_t head, uint8_t* p, uint32_t len) {
+  arena.segs[arena.used] = Segment{p, len};
+  chain->head = head;
+  chain->ring_descs = 1;
+  chain->seg_begin = arena.used;
+  chain->nsegs = 1;
+  chain->len = len;
+  chain->ndesc = 1;
+  arena.used += 1;
+}
+
 enum class PopStatus : uint8_t {
   kOk,        ///< `*chain` is valid
   kEmpty,     ///< no new avail entry
@@ -320,24 +347,9 @@ inline PopStatus DeviceQueue::pop(SegmentArena& arena, Chain* chain) {
   VringDesc d;
   std::memcpy(&d, &desc_[head], sizeof d);
   compiler_barrier();  // item 13: only the local copy is used from here on
-  // The common chain, inline: one descriptor of the right direction, non-empty, in one
-  // region (a transmitted frame with its header, or one receive buffer). pop_walk() makes
-  // the same checks on any other chain.
-  constexpr uint16_t kWalk = kDescFNext | kDescFIndirect;
-  if (!(d.flags & kWalk) && static_cast<bool>(d.flags & kDescFWrite) == kDeviceWrites &&
-      d.len != 0) [[likely]] {
-    uint64_t contig = 0;
-    uint8_t* p = mem_->translate(d.addr, d.len, &contig);
-    if (p && contig == d.len) [[likely]] {
-      arena.segs[arena.used] = Segment{p, d.len};
-      chain->head = head;
-      chain->seg_begin = arena.used;
-      chain->nsegs = 1;
-      chain->len = d.len;
-      chain->ndesc = 1;
-      arena.used += 1;
-      return PopStatus::kOk;
-    }
+  if (uint8_t* p = one_descriptor_buffer<kDeviceWrites>(*mem_, d.flags, d.addr, d.len)) [[likely]] {
+    take_one(arena, chain, head, p, d.len);
+    return PopStatus::kOk;
   }
   return pop_walk<kDeviceWrites>(arena, chain, head, d);
 }

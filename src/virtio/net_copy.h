@@ -35,7 +35,9 @@ bool split_tx_chain(SegmentArena& arena, const Chain& chain, uint32_t hdr_len, T
 inline bool split_tx_chain_fast(SegmentArena& arena, const Chain& chain, uint32_t hdr_len,
                                 TxFrame* out) {
   Segment* s = &arena.segs[chain.seg_begin];
-  if (hdr_len != sizeof(NetHdr) || s[0].len < sizeof(NetHdr) + kEthHdrLen) [[unlikely]]
+  // A chain of zero-length buffers has no segment: s[0] is then another chain's.
+  if (chain.nsegs == 0 || hdr_len != sizeof(NetHdr) ||
+      s[0].len < sizeof(NetHdr) + kEthHdrLen) [[unlikely]]
     return split_tx_chain(arena, chain, hdr_len, out);
   std::memcpy(&out->hdr, s[0].ptr, sizeof(NetHdr));
   compiler_barrier();  // the local copy is what counts from here on
@@ -102,8 +104,9 @@ inline DeliverStatus deliver_frame(Q& q, SegmentArena& scratch, NetHdr hdr, uint
     return DeliverStatus::kBadRing;
   }
   const uint64_t total = uint64_t{hdr_len} + frame_len;
+  // A receive chain of zero-length buffers has no segment (d0 would be another chain's).
   const Segment& d0 = scratch.segs[first.seg_begin];
-  if (nsrc == 1 && src[0].len >= frame_len && d0.len >= total) [[likely]] {
+  if (first.nsegs != 0 && nsrc == 1 && src[0].len >= frame_len && d0.len >= total) [[likely]] {
     hdr.num_buffers = 1;
     if (hdr_len == sizeof(NetHdr)) std::memcpy(d0.ptr, &hdr, sizeof(NetHdr));
     else std::memcpy(d0.ptr, &hdr, hdr_len);

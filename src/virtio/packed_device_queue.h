@@ -338,26 +338,11 @@ inline PopStatus PackedDeviceQueue::pop(SegmentArena& arena, Chain* chain) {
   std::memcpy(&d, &ring_[last_avail_], sizeof d);
   compiler_barrier();  // item 13: only the local copy is used from here on
   d.flags = f0;        // the flags we checked, not a second read
-  // The common chain, inline: one descriptor of the right direction, non-empty, in one
-  // region. pop_walk() makes the same checks on any other chain.
-  constexpr uint16_t kWalk = kDescFNext | kDescFIndirect;
-  if (!(d.flags & kWalk) && static_cast<bool>(d.flags & kDescFWrite) == kDeviceWrites &&
-      d.len != 0) [[likely]] {
-    uint64_t contig = 0;
-    uint8_t* p = mem_->translate(d.addr, d.len, &contig);
-    if (p && contig == d.len) [[likely]] {
-      next_slot(&last_avail_, &avail_wrap_);
-      ++in_flight_;
-      arena.segs[arena.used] = Segment{p, d.len};
-      chain->head = d.id;
-      chain->ring_descs = 1;
-      chain->seg_begin = arena.used;
-      chain->nsegs = 1;
-      chain->len = d.len;
-      chain->ndesc = 1;
-      arena.used += 1;
-      return PopStatus::kOk;
-    }
+  if (uint8_t* p = one_descriptor_buffer<kDeviceWrites>(*mem_, d.flags, d.addr, d.len)) [[likely]] {
+    next_slot(&last_avail_, &avail_wrap_);
+    ++in_flight_;
+    take_one(arena, chain, d.id, p, d.len);
+    return PopStatus::kOk;
   }
   return pop_walk<kDeviceWrites>(arena, chain, d);
 }

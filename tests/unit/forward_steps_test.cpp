@@ -358,5 +358,45 @@ TEST_F(ForwardSteps, KeptFramesSurviveTheNextBurstIntactAndManySegmentFramesAreN
   EXPECT_EQ(returned(0).size(), 1u);
 }
 
+// Zero-length buffers have no segment in the arena: the inline paths must not read the
+// segment an earlier chain left there (found by an attack: a SIGSEGV, or a frame written into
+// another guest's buffer).
+TEST_F(ForwardSteps, ZeroLengthTransmitChainIsABadHeaderNotAStaleSegment) {
+  start(2, dp::ForwardMode::kXconnect, 0);
+  post_rx(1, 8);
+  send(0, frame_to(2, 1, 64, 1));
+  EXPECT_EQ(fw->poll(0, 0), 1u);  // leaves a good segment at the start of the arena
+  const uint16_t h = tx(0).alloc_desc();
+  tx(0).write_desc(h, tx(0).desc_gpa(), 0, 0);  // a valid address, no bytes
+  tx(0).publish(h);
+  EXPECT_EQ(fw->poll(0, 0), 1u);
+  EXPECT_EQ(drops(0, port::Drop::kBadHeader), 1u);
+  EXPECT_EQ(received(1).size(), 1u);  // only the first frame
+  EXPECT_EQ(returned(0).size(), 2u);
+}
+
+TEST_F(ForwardSteps, ZeroLengthReceiveBufferNeverGetsAFrameWrittenElsewhere) {
+  start(2, dp::ForwardMode::kXconnect, 0);
+  post_rx(1, 1);
+  const auto first = frame_to(2, 1, 64, 1);
+  send(0, first);
+  EXPECT_EQ(fw->poll(0, 0), 1u);  // b's buffer is now the scratch arena's first segment
+  auto e = rx(1).next_used();
+  ASSERT_TRUE(e.has_value());
+  const uint16_t b_head = static_cast<uint16_t>(e->id);
+  // b posts one zero-length receive buffer; a sends another frame.
+  const uint16_t z = rx(1).alloc_desc();
+  rx(1).write_desc(z, rx(1).desc_gpa(), 0, virtio::kDescFWrite);
+  rx(1).publish(z);
+  send(0, frame_to(2, 1, 64, 2));
+  EXPECT_EQ(fw->poll(0, 0), 1u);
+  // b's earlier buffer (the guest's again) still holds the first frame, untouched.
+  auto bytes = rx(1).done_bytes(b_head, 12 + 64);
+  EXPECT_EQ(std::vector<uint8_t>(bytes.begin() + 12, bytes.end()), first);
+  // Nothing was delivered into the zero-length buffer: no used entry with bytes in it.
+  while (auto u = rx(1).next_used()) EXPECT_EQ(u->len, 0u) << u->id;
+  EXPECT_EQ(fw->counters(1).tx_packets.load(), 1u);
+}
+
 }  // namespace
 }  // namespace vl
