@@ -128,6 +128,14 @@ void ControlServer::accept_all() {
     UniqueFd c(accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!c.valid()) return;  // EAGAIN: none left (or a transient error: next readiness)
     if (pending_.size() >= kMaxPending) {
+      // First answer those whose request already arrived (a flood of new connections must
+      // not evict a client that did its part), then drop the oldest of the rest.
+      for (size_t i = 0; i < pending_.size();) {
+        if (read_from(pending_[i])) remove(i);
+        else ++i;
+      }
+    }
+    if (pending_.size() >= kMaxPending) {
       size_t oldest = 0;
       for (size_t i = 1; i < pending_.size(); ++i)
         if (pending_[i].deadline_ms < pending_[oldest].deadline_ms) oldest = i;

@@ -135,6 +135,18 @@ TEST_F(ControlServerTest, PendingClientsAreBounded) {
   for (int c : idle) close(c);
 }
 
+TEST_F(ControlServerTest, AClientWhoseRequestArrivedIsNotEvictedByAFlood) {
+  const int early = connect_client();
+  send_str(early, R"({"cmd":"echo","args":{"early":1}})" "\n");
+  // The control thread is not scheduled between the early client's send and the flood
+  // (poll only sees the listen socket ready with it): simulated by a flood right after.
+  std::vector<int> idle;
+  for (size_t i = 0; i < ControlServer::kMaxPending + 10; ++i) idle.push_back(connect_client());
+  EXPECT_NE(read_reply(early).find(R"("early":1)"), std::string::npos);
+  close(early);
+  for (int c : idle) close(c);
+}
+
 TEST_F(ControlServerTest, MalformedAndUnknown) {
   const int a = connect_client();
   send_str(a, "not json\n");
