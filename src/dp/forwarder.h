@@ -15,7 +15,10 @@
 // held across bursts keep their chains in flight. Chains go back to each sender in the
 // order they were taken (VIRTIO_F_IN_ORDER, virtio 1.2 "In-order use of descriptors"): a slot
 // whose queues are done waits for the older slots of its sender (retire()). Only chains
-// a pop refuses as malformed are returned at once, ahead of older ones.
+// a pop refuses as malformed are returned at once, ahead of older ones. A lean burst (no
+// output holds frames past it, the sender has nothing queued) returns its chains in order
+// at its end without that bookkeeping. A frame that finds its receiver's queue full may stay
+// queued for a retry, up to the port's tx_retry_ns (then it is dropped as no_rx_buffer).
 //
 // Ring layouts: the burst loop and the delivery loop are templates over the queue type
 // (split virtio::DeviceQueue, packed virtio::PackedDeviceQueue), chosen once per burst or
