@@ -14,6 +14,7 @@
 
 #include "fake_driver.h"
 #include "port/port.h"
+#include "port/vhost_port.h"
 #include "vhost/backend.h"
 #include "vhost_peer.h"
 
@@ -117,6 +118,21 @@ struct Frontend {
     }
   }
 };
+
+/// Connects front-end `fe` to port `p` over a socketpair, the port's back-end pumped in the
+/// caller's thread. False if the socketpair cannot be made.
+inline bool connect_port(port::VhostPort& p, Frontend& fe) {
+  UniqueFd ours, peer;
+  if (!make_socketpair(&ours, &peer)) return false;
+  p.backend_for_link().attach(std::move(ours));
+  fe.peer = std::make_unique<RawPeer>(std::move(peer));
+  port::VhostPort* pp = &p;
+  fe.pump = [pp] {
+    pp->on_event();
+    return pp->backend().connected();
+  };
+  return true;
+}
 
 class FakeQuiescer : public port::Quiescer {
  public:

@@ -49,15 +49,8 @@ class ForwardSteps : public ::testing::Test {
       c.tx_retry_us = tx_retry_us;
       ports.push_back(std::make_unique<port::VhostPort>(i, c, q.get()));
       fes.push_back(std::make_unique<Frontend>(1));
-      UniqueFd x, y;
-      ASSERT_TRUE(test::make_socketpair(&x, &y));
-      ports[i]->backend_for_link().attach(std::move(x));
-      fes[i]->peer = std::make_unique<RawPeer>(std::move(y));
+      ASSERT_TRUE(test::connect_port(*ports[i], *fes[i]));
       port::VhostPort* p = ports[i].get();
-      fes[i]->pump = [p] {
-        p->on_event();
-        return p->backend().connected();
-      };
       tables.ports[i] = p;
       fes[i]->start_pair(0);
       ASSERT_TRUE(p->active());

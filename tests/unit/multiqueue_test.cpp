@@ -283,16 +283,8 @@ class MqDatapathTest : public ::testing::TestWithParam<uint32_t> {
       c.max_queues = i ? 4 : 1;
       ports[i] = std::make_unique<port::VhostPort>(i, c, q.get());
       fes[i] = std::make_unique<Frontend>(i ? 4 : 1);
-      UniqueFd a, b;
-      ASSERT_TRUE(test::make_socketpair(&a, &b));
-      ports[i]->backend_for_link().attach(std::move(a));
-      fes[i]->peer = std::make_unique<RawPeer>(std::move(b));
-      port::VhostPort* p = ports[i].get();
-      fes[i]->pump = [p] {
-        p->on_event();
-        return p->backend().connected();
-      };
-      tables.ports[i] = p;
+      ASSERT_TRUE(test::connect_port(*ports[i], *fes[i]));
+      tables.ports[i] = ports[i].get();
     }
     tables.nports = 2;
     tables.mode = dp::ForwardMode::kXconnect;
