@@ -174,51 +174,58 @@ template <class Q>
   uint32_t k = 0;
   uint32_t taken = 0;
   uint64_t bytes = 0;
-  for (bool more = true; more && taken < n && arena_.has_room_for_chain() && q->has_avail();) {
+  while (taken < n && arena_.has_room_for_chain() && q->has_avail()) {
     Chain ch;
-    switch (q->template pop<false>(arena_, &ch)) {
-      case PopStatus::kOk: {
-        ++taken;
-        TxFrame f;
-        Drop bad = Drop::kCount;
-        if (!split_tx_chain_fast(arena_, ch, d.hdr_len, &f)) [[unlikely]] {
-          bad = Drop::kBadHeader;
-        } else if (!offload::plain_tx_header(&f.hdr)) {
-          const auto v = offload::check_tx_header(&f.hdr, f.len, d.features);
-          if (v != offload::TxCheck::kOk) [[unlikely]]
-            bad = v == offload::TxCheck::kBadCsum ? Drop::kBadCsum : Drop::kBadGso;
-        }
-        const uint16_t s = new_slot(in, qi, ch.head, ch.ring_descs);
-        if (lean_) [[likely]] lean_slots_[lean_n_++] = s;
-        else link_slot(in, s);
-        if (bad != Drop::kCount) [[unlikely]] {
-          c.drop(bad);
-          pool_[s].refs = 0;
-          if (!lean_) complete(s);  // returned in turn, after the older chains (IN_ORDER)
-          break;
-        }
-        Slot& sl = pool_[s];
+    OneBuffer b{};  // (initialised for the compiler: written whenever kOne is returned)
+    PopStatus st = q->template pop_any<false>(arena_, &ch, &b);
+    if (st == PopStatus::kEmpty || st == PopStatus::kBroken) break;
+    ++taken;
+    if (st == PopStatus::kBadChain || st == PopStatus::kTooBig) [[unlikely]] {
+      c.drop(st == PopStatus::kTooBig ? Drop::kTooBig : Drop::kBadDescriptor);
+      continue;
+    }
+    const bool one = st == PopStatus::kOne;
+    const uint16_t s = new_slot(in, qi, one ? b.head : ch.head, one ? 1 : ch.ring_descs);
+    if (lean_) [[likely]] lean_slots_[lean_n_++] = s;
+    else link_slot(in, s);
+    Slot& sl = pool_[s];
+    Drop bad = Drop::kCount;
+    if (one && d.hdr_len == sizeof(NetHdr) && b.len >= sizeof(NetHdr) + kEthHdrLen) [[likely]] {
+      // The common chain: header and frame in one buffer. The header is read once, into
+      // the slot; the frame's one segment lives in the slot (never in the arena).
+      std::memcpy(&sl.hdr, b.ptr, sizeof(NetHdr));
+      compiler_barrier();
+      sl.inl[0] = Segment{b.ptr + sizeof(NetHdr), b.len - static_cast<uint32_t>(sizeof(NetHdr))};
+      sl.segs = sl.inl;
+      sl.nsegs = 1;
+      sl.len = sl.inl[0].len;
+    } else {
+      if (one) take_one(arena_, &ch, b.head, b.ptr, b.len);
+      TxFrame f;
+      if (split_tx_chain(arena_, ch, d.hdr_len, &f)) {
+        sl.hdr = f.hdr;
         sl.segs = &arena_.segs[f.seg_begin];
         sl.nsegs = f.nsegs;
         sl.len = f.len;
-        sl.t_ns = now;
-        sl.refs = 1;  // this burst's pin, released by end_burst
-        sl.hdr = f.hdr;
-        burst_[k++] = s;
-        bytes += f.len;
-        break;
+      } else {
+        bad = Drop::kBadHeader;
       }
-      case PopStatus::kBadChain:
-        ++taken;
-        c.drop(Drop::kBadDescriptor);
-        break;
-      case PopStatus::kTooBig:
-        ++taken;
-        c.drop(Drop::kTooBig);
-        break;
-      case PopStatus::kEmpty:
-      case PopStatus::kBroken: more = false; break;
     }
+    if (bad == Drop::kCount && !offload::plain_tx_header(&sl.hdr)) [[unlikely]] {
+      const auto v = offload::check_tx_header(&sl.hdr, sl.len, d.features);
+      if (v != offload::TxCheck::kOk)
+        bad = v == offload::TxCheck::kBadCsum ? Drop::kBadCsum : Drop::kBadGso;
+    }
+    if (bad != Drop::kCount) [[unlikely]] {
+      c.drop(bad);
+      sl.refs = 0;
+      if (!lean_) complete(s);  // returned in turn, after the older chains (IN_ORDER)
+      continue;
+    }
+    sl.t_ns = now;
+    sl.refs = 1;  // this burst's pin, released by end_burst
+    burst_[k++] = s;
+    bytes += sl.len;
   }
   sh->leave();
   if (q->broken()) report_broken(in);
@@ -321,14 +328,18 @@ template <class Q>
     // Every queue this burst filled was delivered above: its chains go back in order.
     const port::QueuePairDp& qp = t_->ports[lean_in_]->dp().qp[lean_qi_];
     if (qp.txq) [[likely]] {
-      for (uint32_t i = 0; i < lean_n_; ++i) qp.txq->push_used(pool_[lean_slots_[i]].head, 0);
-    } else if (qp.txq_packed) {
       for (uint32_t i = 0; i < lean_n_; ++i) {
-        const Slot& sl = pool_[lean_slots_[i]];
-        qp.txq_packed->push_used(sl.head, 0, sl.ring_descs);
+        const uint16_t s = lean_slots_[i];
+        qp.txq->push_used(pool_[s].head, 0);
+        free_[nfree_++] = s;
+      }
+    } else {
+      for (uint32_t i = 0; i < lean_n_; ++i) {
+        const uint16_t s = lean_slots_[i];
+        if (qp.txq_packed) qp.txq_packed->push_used(pool_[s].head, 0, pool_[s].ring_descs);
+        free_[nfree_++] = s;
       }
     }
-    for (uint32_t i = 0; i < lean_n_; ++i) free_[nfree_++] = lean_slots_[i];
     lean_ = false;
     lean_n_ = 0;
   } else {

@@ -53,7 +53,7 @@ struct SegmentArena {
 /// One popped descriptor chain.
 struct Chain {
   uint16_t head;       ///< split: head descriptor index; packed: buffer ID (what to return)
-  uint16_t ring_descs = 1;  ///< packed: ring slots the chain took (pass to push_used)
+  uint16_t ring_descs;  ///< packed: ring slots the chain took (pass to push_used); split: 1
   uint32_t seg_begin;  ///< first segment in the arena
   uint32_t nsegs;      ///< number of segments
   uint32_t len;        ///< total bytes of its buffers
@@ -70,10 +70,17 @@ inline uint8_t* one_descriptor_buffer(const GuestMemory& mem, uint16_t flags, ui
   constexpr uint16_t kWalk = kDescFNext | kDescFIndirect;
   if ((flags & kWalk) || static_cast<bool>(flags & kDescFWrite) != kDeviceWrites || len == 0)
     return nullptr;
-  uint64_t contig = 0;
-  uint8_t* p = mem.translate(addr, len, &contig);
-  return p && contig == len ? p : nullptr;
+  return mem.translate_whole(addr, len);
 }
+
+/// A one-descriptor chain as pop_any() returns it, without touching the arena: our pointer
+/// to its buffer, its length in bytes, and what to return (split: the head index; packed:
+/// the buffer ID, one ring slot).
+struct OneBuffer {
+  uint8_t* ptr;
+  uint32_t len;
+  uint16_t head;
+};
 
 /// Records a one-descriptor chain (`head`, buffer `p` of `len` bytes) in `arena` and `*chain`.
 inline void take_one(SegmentArena& arena, Chain* chain, uint16_t head, uint8_t* p, uint32_t len) {
@@ -89,6 +96,7 @@ inline void take_one(SegmentArena& arena, Chain* chain, uint16_t head, uint8_t* 
 
 enum class PopStatus : uint8_t {
   kOk,        ///< `*chain` is valid
+  kOne,       ///< pop_any() only: a one-descriptor chain, in `*one`; the arena is untouched
   kEmpty,     ///< no new avail entry
   kBadChain,  ///< malformed chain consumed; its head (if valid) was returned with len 0
   kTooBig,    ///< more than kMaxChainSegments segments; consumed and returned with len 0
@@ -181,6 +189,11 @@ class DeviceQueue {
   /// check pending() first and only pop that many entries.
   template <bool kDeviceWrites>
   PopStatus pop(SegmentArena& arena, Chain* chain);
+  /// pop(), except that the common chain (one descriptor, checked as pop() checks it) is
+  /// returned in `*one` as kOne, without writing the arena or `*chain`: the datapath's
+  /// fast paths keep it in registers. Any other chain is popped as pop() does.
+  template <bool kDeviceWrites>
+  PopStatus pop_any(SegmentArena& arena, Chain* chain, OneBuffer* one);
 
   /// Un-pops the last `n` chains and un-writes the last `n` unpublished used entries
   /// (a receive chain set aside when a packet did not fit).
@@ -338,7 +351,7 @@ class DeviceQueue {
 };
 
 template <bool kDeviceWrites>
-inline PopStatus DeviceQueue::pop(SegmentArena& arena, Chain* chain) {
+inline PopStatus DeviceQueue::pop_any(SegmentArena& arena, Chain* chain, OneBuffer* one) {
   const uint16_t slot = last_avail_ & mask_;
   const uint16_t head = __atomic_load_n(&avail_->ring[slot], __ATOMIC_RELAXED);
   ++last_avail_;
@@ -348,10 +361,19 @@ inline PopStatus DeviceQueue::pop(SegmentArena& arena, Chain* chain) {
   std::memcpy(&d, &desc_[head], sizeof d);
   compiler_barrier();  // item 13: only the local copy is used from here on
   if (uint8_t* p = one_descriptor_buffer<kDeviceWrites>(*mem_, d.flags, d.addr, d.len)) [[likely]] {
-    take_one(arena, chain, head, p, d.len);
-    return PopStatus::kOk;
+    *one = OneBuffer{p, d.len, head};
+    return PopStatus::kOne;
   }
   return pop_walk<kDeviceWrites>(arena, chain, head, d);
+}
+
+template <bool kDeviceWrites>
+inline PopStatus DeviceQueue::pop(SegmentArena& arena, Chain* chain) {
+  OneBuffer b{};  // (initialised for the compiler: written whenever kOne is returned)
+  const PopStatus st = pop_any<kDeviceWrites>(arena, chain, &b);
+  if (st != PopStatus::kOne) return st;
+  take_one(arena, chain, b.head, b.ptr, b.len);
+  return PopStatus::kOk;
 }
 
 template <bool kDeviceWrites>
@@ -405,6 +427,7 @@ template <bool kDeviceWrites>
   }
   if (too_big || total > 0xffffffffull) return drop_chain(head, PopStatus::kTooBig);
   chain->head = head;
+  chain->ring_descs = 1;
   chain->seg_begin = arena.used;
   chain->nsegs = nsegs;
   chain->len = static_cast<uint32_t>(total);

@@ -135,13 +135,6 @@ bool GuestMemory::build_unowned(const MemRegionDesc* r, uint8_t* const* hosts, u
   return true;
 }
 
-uint8_t* GuestMemory::translate_whole(uint64_t gpa, uint64_t len) const {
-  uint64_t contig = 0;
-  uint8_t* p = translate(gpa, len, &contig);
-  if (!p || (len != 0 && contig < len)) return nullptr;
-  return p;
-}
-
 uint8_t* GuestMemory::uva_to_host(uint64_t uva, uint64_t len) const {
   for (uint32_t i = 0; i < n_; ++i) {
     const MappedRegion& r = regions_[i];

@@ -79,7 +79,14 @@ class GuestMemory {
 
   /// Translates a guest-physical range that must be contiguous in one region (ring parts,
   /// indirect tables). nullptr if any byte of [gpa, gpa+len) is outside that region.
-  uint8_t* translate_whole(uint64_t gpa, uint64_t len) const;
+  inline uint8_t* translate_whole(uint64_t gpa, uint64_t len) const {
+    for (uint32_t i = 0; i < n_; ++i) {
+      const MappedRegion& r = regions_[i];
+      const uint64_t off = gpa - r.gpa;  // wraps when gpa < r.gpa, then fails the test below
+      if (off < r.size) return len <= r.size - off ? r.host + off : nullptr;
+    }
+    return nullptr;
+  }
 
   /// Translates a front-end virtual range (SET_VRING_ADDR addresses) that must lie in one
   /// region. nullptr if it does not.

@@ -30,25 +30,6 @@ struct TxFrame {
 /// is shorter than hdr_len + an Ethernet header (counted by the caller as bad_header).
 bool split_tx_chain(SegmentArena& arena, const Chain& chain, uint32_t hdr_len, TxFrame* out);
 
-/// split_tx_chain(), with the common case inline: the header (12 bytes) and the Ethernet
-/// header in the chain's first segment.
-inline bool split_tx_chain_fast(SegmentArena& arena, const Chain& chain, uint32_t hdr_len,
-                                TxFrame* out) {
-  Segment* s = &arena.segs[chain.seg_begin];
-  // A chain of zero-length buffers has no segment: s[0] is then another chain's.
-  if (chain.nsegs == 0 || hdr_len != sizeof(NetHdr) ||
-      s[0].len < sizeof(NetHdr) + kEthHdrLen) [[unlikely]]
-    return split_tx_chain(arena, chain, hdr_len, out);
-  std::memcpy(&out->hdr, s[0].ptr, sizeof(NetHdr));
-  compiler_barrier();  // the local copy is what counts from here on
-  s[0].ptr += sizeof(NetHdr);
-  s[0].len -= sizeof(NetHdr);
-  out->seg_begin = chain.seg_begin;
-  out->nsegs = chain.nsegs;
-  out->len = chain.len - sizeof(NetHdr);
-  return true;
-}
-
 enum class DeliverStatus : uint8_t {
   kOk,
   kNoBuffer,  ///< the driver has not posted enough receive buffers; nothing was consumed
@@ -87,34 +68,38 @@ DeliverStatus deliver_frame_rest(Q& q, SegmentArena& scratch, NetHdr hdr, uint32
 /// `frame_len` bytes into the receive queue `q`. Used entries are pushed, not published.
 /// `scratch` is cleared and used for the receive chains' segments. On any failure the
 /// queue is left as it was, except for kBadRing. `Q` is DeviceQueue (split ring) or
-/// PackedDeviceQueue (packed ring). The common case is inline: one source segment into one
-/// receive buffer that holds header and frame; deliver_frame_rest() does the others.
+/// PackedDeviceQueue (packed ring). The common case is inline: one source segment into a
+/// one-descriptor receive chain that holds header and frame; deliver_frame_rest() does the
+/// others.
 template <class Q>
-inline DeliverStatus deliver_frame(Q& q, SegmentArena& scratch, NetHdr hdr, uint32_t hdr_len,
-                                   const Segment* src, uint32_t nsrc, uint32_t frame_len,
-                                   bool mergeable) {
-  scratch.clear();
+[[gnu::always_inline]] inline DeliverStatus deliver_frame(Q& q, SegmentArena& scratch, NetHdr hdr,
+                                                          uint32_t hdr_len, const Segment* src,
+                                                          uint32_t nsrc, uint32_t frame_len,
+                                                          bool mergeable) {
   if (!q.has_avail()) return q.broken() ? DeliverStatus::kBadRing : DeliverStatus::kNoBuffer;
   const auto start = q.mark();
+  scratch.clear();
   Chain first;
-  if (q.template pop<true>(scratch, &first) != PopStatus::kOk) [[unlikely]] {
+  OneBuffer b{};  // (initialised for the compiler: written whenever kOne is returned)
+  const PopStatus st = q.template pop_any<true>(scratch, &first, &b);
+  const uint64_t total = uint64_t{hdr_len} + frame_len;
+  if (st == PopStatus::kOne) [[likely]] {
+    if (nsrc == 1 && src[0].len >= frame_len && b.len >= total) [[likely]] {
+      hdr.num_buffers = 1;
+      if (hdr_len == sizeof(NetHdr)) std::memcpy(b.ptr, &hdr, sizeof(NetHdr));
+      else std::memcpy(b.ptr, &hdr, hdr_len);
+      copy_frame(b.ptr + hdr_len, src[0].ptr, frame_len);
+      // Non-null only while the front-end migrates the guest (VHOST_F_LOG_ALL).
+      if (DirtyLog* log = q.dirty_log()) [[unlikely]] log->mark_host(*q.memory(), b.ptr, total);
+      q.push_used(b.head, static_cast<uint32_t>(total), 1);
+      return DeliverStatus::kOk;
+    }
+    take_one(scratch, &first, b.head, b.ptr, b.len);
+  } else if (st != PopStatus::kOk) [[unlikely]] {
     // A malformed receive chain (or one too fragmented to use) is a driver bug or an attack:
     // stop this queue rather than guess which buffers are usable.
     q.mark_broken();
     return DeliverStatus::kBadRing;
-  }
-  const uint64_t total = uint64_t{hdr_len} + frame_len;
-  // A receive chain of zero-length buffers has no segment (d0 would be another chain's).
-  const Segment& d0 = scratch.segs[first.seg_begin];
-  if (first.nsegs != 0 && nsrc == 1 && src[0].len >= frame_len && d0.len >= total) [[likely]] {
-    hdr.num_buffers = 1;
-    if (hdr_len == sizeof(NetHdr)) std::memcpy(d0.ptr, &hdr, sizeof(NetHdr));
-    else std::memcpy(d0.ptr, &hdr, hdr_len);
-    copy_frame(d0.ptr + hdr_len, src[0].ptr, frame_len);
-    // Non-null only while the front-end migrates the guest (VHOST_F_LOG_ALL).
-    if (DirtyLog* log = q.dirty_log()) [[unlikely]] log->mark_host(*q.memory(), d0.ptr, total);
-    q.push_used(first.head, static_cast<uint32_t>(total), first.ring_descs);
-    return DeliverStatus::kOk;
   }
   return deliver_frame_rest(q, scratch, hdr, hdr_len, src, nsrc, frame_len, mergeable, start,
                             first);

@@ -150,6 +150,9 @@ class PackedDeviceQueue {
   /// over more slots than the driver can have made available (the queue stops).
   template <bool kDeviceWrites>
   PopStatus pop(SegmentArena& arena, Chain* chain);
+  /// pop(), returning a one-descriptor chain in `*one` as kOne (DeviceQueue::pop_any()).
+  template <bool kDeviceWrites>
+  PopStatus pop_any(SegmentArena& arena, Chain* chain, OneBuffer* one);
   /// pop() past its first descriptor `d` (a local copy, flags already checked available):
   /// chains, indirect tables, region splits and every malformed chain.
   template <bool kDeviceWrites>
@@ -329,7 +332,7 @@ class PackedDeviceQueue {
 };
 
 template <bool kDeviceWrites>
-inline PopStatus PackedDeviceQueue::pop(SegmentArena& arena, Chain* chain) {
+inline PopStatus PackedDeviceQueue::pop_any(SegmentArena& arena, Chain* chain, OneBuffer* one) {
   if (in_flight_ >= num_) [[unlikely]]
     return PopStatus::kEmpty;
   PackedDesc d;
@@ -341,10 +344,19 @@ inline PopStatus PackedDeviceQueue::pop(SegmentArena& arena, Chain* chain) {
   if (uint8_t* p = one_descriptor_buffer<kDeviceWrites>(*mem_, d.flags, d.addr, d.len)) [[likely]] {
     next_slot(&last_avail_, &avail_wrap_);
     ++in_flight_;
-    take_one(arena, chain, d.id, p, d.len);
-    return PopStatus::kOk;
+    *one = OneBuffer{p, d.len, d.id};
+    return PopStatus::kOne;
   }
   return pop_walk<kDeviceWrites>(arena, chain, d);
+}
+
+template <bool kDeviceWrites>
+inline PopStatus PackedDeviceQueue::pop(SegmentArena& arena, Chain* chain) {
+  OneBuffer b{};  // (initialised for the compiler: written whenever kOne is returned)
+  const PopStatus st = pop_any<kDeviceWrites>(arena, chain, &b);
+  if (st != PopStatus::kOne) return st;
+  take_one(arena, chain, b.head, b.ptr, b.len);
+  return PopStatus::kOk;
 }
 
 template <bool kDeviceWrites>

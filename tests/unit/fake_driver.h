@@ -38,6 +38,7 @@ namespace vl::virtio {
 inline const char* status_name(PopStatus s) {
   switch (s) {
     case PopStatus::kOk: return "kOk";
+    case PopStatus::kOne: return "kOne";
     case PopStatus::kEmpty: return "kEmpty";
     case PopStatus::kBadChain: return "kBadChain";
     case PopStatus::kTooBig: return "kTooBig";
