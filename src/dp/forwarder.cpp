@@ -67,7 +67,6 @@ void Forwarder::enqueue(uint32_t out, uint16_t s) {
   q.slot[q.n++] = s;
   ++sl.refs;
   burst_out_ |= bit(out);
-  if (sl.nsegs > kInlineSegs) [[unlikely]] must_flush_ |= bit(out);
   if (due_on_enqueue(pol_[out], q.n, t_->burst)) flush_port(out, 0);
 }
 
@@ -87,15 +86,11 @@ void Forwarder::enqueue_run(uint32_t out, const uint16_t* s, uint32_t n) {
     // Up to a full burst (due_on_enqueue) and the queue's room.
     uint32_t m = std::min(n - j, kTxqCap - q.n);
     if (q.n < burst) m = std::min(m, burst - q.n);
-    bool many_segs = false;
     for (const uint16_t* e = s + j + m; s + j < e; ++j) {
-      Slot& sl = pool_[s[j]];
       q.slot[q.n++] = s[j];
-      ++sl.refs;
-      many_segs |= sl.nsegs > kInlineSegs;
+      ++pool_[s[j]].refs;
     }
     burst_out_ |= bit(out);
-    if (many_segs) [[unlikely]] must_flush_ |= bit(out);
     if (q.n >= burst) flush_port(out, 0);
   }
 }
@@ -170,6 +165,7 @@ template <class Q>
   // the retire order's bookkeeping (take_slot, complete, retire).
   lean_ = !any_hold_ && src_old_[in] == kNoSlot;
   lean_n_ = 0;
+  lean_split_ = false;
   kept_ = false;
   uint32_t k = 0;
   uint32_t taken = 0;
@@ -186,8 +182,8 @@ template <class Q>
     }
     const bool one = st == PopStatus::kOne;
     const uint16_t s = new_slot(in, qi, one ? b.head : ch.head, one ? 1 : ch.ring_descs);
-    if (lean_) [[likely]] lean_slots_[lean_n_++] = s;
-    else link_slot(in, s);
+    if (!lean_) [[unlikely]] link_slot(in, s);
+    else if (lean_split_) [[unlikely]] lean_slots_[lean_n_++] = s;
     Slot& sl = pool_[s];
     Drop bad = Drop::kCount;
     if (one && d.hdr_len == sizeof(NetHdr) && b.len >= sizeof(NetHdr) + kEthHdrLen) [[likely]] {
@@ -210,6 +206,7 @@ template <class Q>
       } else {
         bad = Drop::kBadHeader;
       }
+      many_segs_ |= sl.nsegs > kInlineSegs;
     }
     if (bad == Drop::kCount && !offload::plain_tx_header(&sl.hdr)) [[unlikely]] {
       const auto v = offload::check_tx_header(&sl.hdr, sl.len, d.features);
@@ -219,7 +216,15 @@ template <class Q>
     if (bad != Drop::kCount) [[unlikely]] {
       c.drop(bad);
       sl.refs = 0;
-      if (!lean_) complete(s);  // returned in turn, after the older chains (IN_ORDER)
+      if (!lean_) {
+        complete(s);  // returned in turn, after the older chains (IN_ORDER)
+      } else if (!lean_split_) {
+        // The lean list was burst_ so far; from this chain on it is kept apart.
+        std::memcpy(lean_slots_, burst_, k * sizeof burst_[0]);
+        lean_n_ = k;
+        lean_slots_[lean_n_++] = s;
+        lean_split_ = true;
+      }
       continue;
     }
     sl.t_ns = now;
@@ -237,6 +242,8 @@ template <class Q>
   senders_dirty_ |= bit(in);
   dirty_q_[in] |= static_cast<uint8_t>(1u << qi);
   nburst_ = k;
+  if (lean_ && !lean_split_) lean_n_ = k;  // every chain taken is in burst_, in order
+  lean_list_ = lean_split_ ? lean_slots_ : burst_;
   lean_in_ = in;
   lean_qi_ = qi;
   return taken;
@@ -305,6 +312,10 @@ template <class Q>
 // arena being reused by the next burst), checks the held queues' deadlines, and publishes
 // the used entries of every sender (chains returned oldest first).
 [[gnu::noinline]] void Forwarder::end_burst() {
+  // A frame of more than kInlineSegs segments cannot outlive the burst (its segments are in
+  // the burst's arena): every output this burst reached is delivered now.
+  if (many_segs_) [[unlikely]] must_flush_ |= burst_out_;
+  many_segs_ = false;
   uint64_t due = must_flush_;
   for (uint64_t m = burst_out_; m; m &= m - 1) {
     const uint32_t o = static_cast<uint32_t>(std::countr_zero(m));
@@ -317,8 +328,8 @@ template <class Q>
     // A receive queue was full and frames of this lean burst wait for a retry: its chains
     // join the retire order after all (oldest first), and are returned as they complete.
     for (uint32_t i = 0; i < lean_n_; ++i) {
-      link_slot(lean_in_, lean_slots_[i]);
-      if (pool_[lean_slots_[i]].refs == 0) complete(lean_slots_[i]);  // a malformed frame
+      link_slot(lean_in_, lean_list_[i]);
+      if (pool_[lean_list_[i]].refs == 0) complete(lean_list_[i]);  // a malformed frame
     }
     lean_ = false;
     lean_n_ = 0;
@@ -329,13 +340,13 @@ template <class Q>
     const port::QueuePairDp& qp = t_->ports[lean_in_]->dp().qp[lean_qi_];
     if (qp.txq) [[likely]] {
       for (uint32_t i = 0; i < lean_n_; ++i) {
-        const uint16_t s = lean_slots_[i];
+        const uint16_t s = lean_list_[i];
         qp.txq->push_used(pool_[s].head, 0);
         free_[nfree_++] = s;
       }
     } else {
       for (uint32_t i = 0; i < lean_n_; ++i) {
-        const uint16_t s = lean_slots_[i];
+        const uint16_t s = lean_list_[i];
         if (qp.txq_packed) qp.txq_packed->push_used(pool_[s].head, 0, pool_[s].ring_descs);
         free_[nfree_++] = s;
       }
@@ -624,21 +635,24 @@ uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, u
   QueueAgeStats& age = age_[o];
   uint64_t sent = 0, bytes = 0, nobuf = 0;
   // Queue ages: frames of one burst share their time, so the histogram is updated once per
-  // run of equal times, not once per frame.
+  // run of equal times (frames run_j..j), not once per frame.
   uint64_t run_t = frame(0).t_ns;
-  uint32_t run_n = 0;
+  uint32_t run_j = 0;
   uint32_t j = 0;
   for (; j < cnt; ++j) {
     const Slot& sl = frame(j);
     if (sl.t_ns != run_t) [[unlikely]] {
-      age.add(now > run_t ? now - run_t : 0, run_n);
+      age.add(now > run_t ? now - run_t : 0, j - run_j);
       run_t = sl.t_ns;
-      run_n = 0;
+      run_j = j;
     }
-    ++run_n;
-    // A frame that asks for no offload goes straight to the copy (offload/deliver.h).
+    // A frame that asks for no offload goes straight to the copy (offload/deliver.h): its
+    // flags and gso_type bytes, tested as one 16-bit word.
+    uint16_t flags_gso;
+    std::memcpy(&flags_gso, &sl.hdr, sizeof flags_gso);
+    static_assert(offsetof(NetHdr, flags) == 0 && offsetof(NetHdr, gso_type) == 1);
     offload::Outcome st;
-    if (!sl.hdr.flags && !sl.hdr.gso_type && sl.len <= od.max_frame) [[likely]] {
+    if (!flags_gso && sl.len <= od.max_frame) [[likely]] {
       const DeliverStatus ds = deliver_frame(*rq, scratch_, NetHdr{}, od.hdr_len, sl.segs,
                                              sl.nsegs, sl.len, od.mrg_rxbuf);
       if (ds == DeliverStatus::kOk) [[likely]] {
@@ -649,10 +663,8 @@ uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, u
       // The receive queue is full and nothing of the frame went in: keep it (and the
       // frames after it, in order) for a retry while it is younger than the bound. A frame
       // segmented in software may have had segments delivered: it is never kept.
-      if (ds == DeliverStatus::kNoBuffer && keep_ns && now - std::min(now, sl.t_ns) < keep_ns) {
-        --run_n;
+      if (ds == DeliverStatus::kNoBuffer && keep_ns && now - std::min(now, sl.t_ns) < keep_ns)
         break;
-      }
       st = offload::map(ds);
     } else {
       st = soft_.deliver(*rq, scratch_, sl.hdr, sl.segs, sl.nsegs, sl.len, od, oc);
@@ -669,6 +681,8 @@ uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, u
       counters_[sl.src].drop(Drop::kBadGso);
     } else {
       oc.drop(Drop::kRingBroken, cnt - j);
+      age.add(now > run_t ? now - run_t : 0, j + 1 - run_j);  // frames after it: not aged
+      run_j = cnt;
       VL_LOG_RL(spdlog::level::err,
                 "port {}: malformed receive chain or avail index; receive queue {} stopped "
                 "(pmd {}: {})",
@@ -677,7 +691,7 @@ uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, u
       break;
     }
   }
-  if (run_n) age.add(now > run_t ? now - run_t : 0, run_n);
+  if (j > run_j) age.add(now > run_t ? now - run_t : 0, j - run_j);
   PortCounters::add(oc.tx_packets, sent);
   PortCounters::add(oc.tx_bytes, bytes);
   PortCounters::add(qc.tx_packets, sent);

@@ -242,6 +242,11 @@ class Forwarder {
   bool lean_ = false;
   bool any_hold_ = false;         // some output's policy holds frames past a burst
   uint16_t lean_slots_[kMaxBurst];
+  // The lean list: burst_ itself while every chain taken is a good frame (the common
+  // case: nothing to record), else lean_slots_ (lean_split_).
+  const uint16_t* lean_list_ = lean_slots_;
+  bool lean_split_ = false;
+  bool many_segs_ = false;        // a frame of this burst has more than kInlineSegs segments
   uint32_t lean_n_ = 0;
   uint32_t lean_in_ = 0, lean_qi_ = 0;
   bool kept_ = false;             // flush_port kept frames for a retry since take_burst

@@ -67,9 +67,10 @@ struct Chain {
 template <bool kDeviceWrites>
 inline uint8_t* one_descriptor_buffer(const GuestMemory& mem, uint16_t flags, uint64_t addr,
                                       uint32_t len) {
-  constexpr uint16_t kWalk = kDescFNext | kDescFIndirect;
-  if ((flags & kWalk) || static_cast<bool>(flags & kDescFWrite) != kDeviceWrites || len == 0)
-    return nullptr;
+  // Neither NEXT nor INDIRECT, and WRITE exactly when the device writes: one test.
+  constexpr uint16_t kMask = kDescFNext | kDescFIndirect | kDescFWrite;
+  constexpr uint16_t kWant = kDeviceWrites ? kDescFWrite : 0;
+  if ((flags & kMask) != kWant || len == 0) return nullptr;
   return mem.translate_whole(addr, len);
 }
 

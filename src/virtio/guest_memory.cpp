@@ -26,6 +26,7 @@ void GuestMemory::unmap_all() {
       if (regions_[i].map_base) munmap(regions_[i].map_base, regions_[i].map_len);
     }
   }
+  for (uint32_t i = 0; i < n_; ++i) regions_[i] = MappedRegion{};  // translate_whole reads [0]
   n_ = 0;
 }
 

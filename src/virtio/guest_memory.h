@@ -80,7 +80,12 @@ class GuestMemory {
   /// Translates a guest-physical range that must be contiguous in one region (ring parts,
   /// indirect tables). nullptr if any byte of [gpa, gpa+len) is outside that region.
   inline uint8_t* translate_whole(uint64_t gpa, uint64_t len) const {
-    for (uint32_t i = 0; i < n_; ++i) {
+    // The first region without the loop: most guests have one. (Unused entries are all
+    // zero, so with no region this fails the size test.)
+    const uint64_t off0 = gpa - regions_[0].gpa;
+    if (off0 < regions_[0].size) [[likely]]
+      return len <= regions_[0].size - off0 ? regions_[0].host + off0 : nullptr;
+    for (uint32_t i = 1; i < n_; ++i) {
       const MappedRegion& r = regions_[i];
       const uint64_t off = gpa - r.gpa;  // wraps when gpa < r.gpa, then fails the test below
       if (off < r.size) return len <= r.size - off ? r.host + off : nullptr;
