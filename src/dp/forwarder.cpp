@@ -77,7 +77,23 @@ void Forwarder::enqueue_run(uint32_t out, const uint16_t* s, uint32_t n) {
   }
   Txq& q = txq_[out];
   const uint32_t burst = t_->burst;
+  burst_out_ |= bit(out);
   for (uint32_t j = 0; j < n;) {
+    if (q.n == 0 && n - j >= burst) [[likely]] {
+      // A full burst for an empty queue is due at once (due_on_enqueue): delivered from the
+      // burst's own list, without entering the queue (the burst's pin keeps each slot).
+      // What finds the receive queue full enters it, for a retry.
+      const uint32_t done = send_slots(out, s + j, burst, 0, /*may_keep=*/!many_segs_);
+      if (done < burst) [[unlikely]] {
+        for (uint32_t i = done; i < burst; ++i) {
+          q.slot[q.n++] = s[j + i];
+          ++pool_[s[j + i]].refs;
+        }
+        note_kept(out);
+      }
+      j += burst;
+      continue;
+    }
     if (q.n == kTxqCap) [[unlikely]] flush_port(out, 0);
     if (!q.n) {
       q.oldest_ns = pool_[s[j]].t_ns;
@@ -90,8 +106,7 @@ void Forwarder::enqueue_run(uint32_t out, const uint16_t* s, uint32_t n) {
       q.slot[q.n++] = s[j];
       ++pool_[s[j]].refs;
     }
-    burst_out_ |= bit(out);
-    if (q.n >= burst) flush_port(out, 0);
+    if (q.n >= burst) flush_port(out, 0, /*may_keep=*/true);
   }
 }
 
@@ -170,7 +185,8 @@ template <class Q>
   uint32_t k = 0;
   uint32_t taken = 0;
   uint64_t bytes = 0;
-  while (taken < n && arena_.has_room_for_chain() && q->has_avail()) {
+  const uint32_t ready = q->ready(n);  // split: the avail index, read once per burst
+  while (taken < ready && arena_.has_room_for_chain()) {
     Chain ch;
     OneBuffer b{};  // (initialised for the compiler: written whenever kOne is returned)
     PopStatus st = q->template pop_any<false>(arena_, &ch, &b);
@@ -459,69 +475,73 @@ void Forwarder::publish_senders() {
 void Forwarder::flush_port(uint32_t o, uint64_t prev_check_ns, bool may_keep) {
   Txq& tq = txq_[o];
   const uint32_t cnt = tq.n;
+  tq.n = 0;
+  held_ &= ~bit(o);
+  // A frame of more than kInlineSegs segments (must_flush_) cannot outlive its burst: its
+  // segments are in the burst's arena. Such a queue is not kept.
+  const bool keep = may_keep && !many_segs_ && !(must_flush_ & bit(o));
+  const uint32_t done = send_slots(o, tq.slot, cnt, prev_check_ns, keep);
+  for (uint32_t i = 0; i < done; ++i) unref(tq.slot[i]);
+  if (done < cnt) [[unlikely]] {
+    // A full receive queue: what did not fit waits in the queue for the next pass
+    // (tx_retry_us), unless it is already that old.
+    std::memmove(tq.slot, tq.slot + done, (cnt - done) * sizeof tq.slot[0]);
+    tq.n = cnt - done;
+    note_kept(o);
+  }
+}
+
+void Forwarder::note_kept(uint32_t o) {
+  Txq& tq = txq_[o];
+  tq.oldest_ns = pool_[tq.slot[0]].t_ns;
+  held_ |= bit(o);
+  kept_ = true;
+  PortCounters::add(counters_[o].tx_retries, tq.n);
+  PortCounters::add(routed_[o], ~uint64_t{tq.n} + 1);  // counted again when retried
+}
+
+uint32_t Forwarder::send_slots(uint32_t o, const uint16_t* slots, uint32_t cnt,
+                               uint64_t prev_check_ns, bool may_keep) {
   port::VhostPort* op = t_->ports[o];
   const port::PortDp& od = op->dp();
   const port::PortDp::RxTargets& tg = od.rx_for[thread_];
-  tq.n = 0;
-  held_ &= ~bit(o);
   PortCounters::add(routed_[o], cnt);
-  if (!op->active() || !tg.n) {
-    for (uint32_t j = 0; j < cnt; ++j) {
-      const uint16_t s = tq.slot[j];
-      counters_[pool_[s].src].drop(Drop::kNoDestination);
-      unref(s);
-    }
-    return;
+  if (!op->active() || !tg.n) [[unlikely]] {
+    for (uint32_t j = 0; j < cnt; ++j) counters_[pool_[slots[j]].src].drop(Drop::kNoDestination);
+    return cnt;
   }
   const uint64_t now = clock_();
   if (prev_check_ns && now > prev_check_ns &&
       now - prev_check_ns > gap_max_ns_.load(std::memory_order_relaxed))
     gap_max_ns_.store(now - prev_check_ns, std::memory_order_relaxed);
-  auto in_pool = [this](const uint16_t* slots) {
-    return [this, slots](uint32_t j) -> const Slot& { return pool_[slots[j]]; };
+  auto in_pool = [this](const uint16_t* sl) {
+    return [this, sl](uint32_t j) -> const Slot& { return pool_[sl[j]]; };
   };
   if (tg.via != port::PortDp::kDirect) [[unlikely]] {
-    hand_off(o, tg.via, tg.q[0], od.gen, tq.slot, cnt);
-  } else if (tg.n == 1) [[likely]] {
-    // A full receive queue: with a retry bound, what did not fit waits in the queue for the
-    // next pass (tx_retry_us), unless it is already that old.
-    // A frame of more than kInlineSegs segments (must_flush_) cannot outlive its burst: its
-    // segments are in the burst's arena. Such a queue is not kept.
-    const uint64_t keep_ns = may_keep && !(must_flush_ & bit(o)) ? od.tx_retry_ns : 0;
-    const uint32_t done = deliver_to(o, tg.q[0], in_pool(tq.slot), cnt, now, keep_ns);
-    if (done < cnt) [[unlikely]] {
-      const uint32_t kept = cnt - done;
-      for (uint32_t i = 0; i < done; ++i) unref(tq.slot[i]);
-      std::memmove(tq.slot, tq.slot + done, kept * sizeof tq.slot[0]);
-      tq.n = kept;
-      tq.oldest_ns = pool_[tq.slot[0]].t_ns;
-      held_ |= bit(o);
-      kept_ = true;
-      PortCounters::add(counters_[o].tx_retries, kept);
-      PortCounters::add(routed_[o], ~uint64_t{kept} + 1);  // counted again when retried
-      return;
-    }
-  } else {
-    // Several candidate queues: group the frames by the queue their flow hash picks,
-    // keeping each group in order (so each flow stays in order), then one batch per queue.
-    uint8_t sel[kTxqCap];
-    uint32_t start[port::kMaxQueuePairs + 1] = {};
-    for (uint32_t j = 0; j < cnt; ++j) {
-      const Slot& sl = pool_[tq.slot[j]];
-      sel[j] = static_cast<uint8_t>(pick_queue(flow_hash(sl.segs, sl.nsegs, sl.len), tg.n));
-      ++start[sel[j] + 1];
-    }
-    for (uint32_t c = 0; c < tg.n; ++c) start[c + 1] += start[c];
-    uint16_t order[kTxqCap];
-    uint32_t fill[port::kMaxQueuePairs];
-    for (uint32_t c = 0; c < tg.n; ++c) fill[c] = start[c];
-    for (uint32_t j = 0; j < cnt; ++j) order[fill[sel[j]]++] = tq.slot[j];
-    for (uint32_t c = 0; c < tg.n; ++c) {
-      if (start[c + 1] > start[c])
-        deliver_to(o, tg.q[c], in_pool(order + start[c]), start[c + 1] - start[c], now);
-    }
+    hand_off(o, tg.via, tg.q[0], od.gen, slots, cnt);
+    return cnt;
   }
-  for (uint32_t i = 0; i < cnt; ++i) unref(tq.slot[i]);
+  if (tg.n == 1) [[likely]]
+    return deliver_to(o, tg.q[0], in_pool(slots), cnt, now, may_keep ? od.tx_retry_ns : 0);
+  // Several candidate queues: group the frames by the queue their flow hash picks, keeping
+  // each group in order (so each flow stays in order), then one batch per queue.
+  uint8_t sel[kTxqCap];
+  uint32_t start[port::kMaxQueuePairs + 1] = {};
+  for (uint32_t j = 0; j < cnt; ++j) {
+    const Slot& sl = pool_[slots[j]];
+    sel[j] = static_cast<uint8_t>(pick_queue(flow_hash(sl.segs, sl.nsegs, sl.len), tg.n));
+    ++start[sel[j] + 1];
+  }
+  for (uint32_t c = 0; c < tg.n; ++c) start[c + 1] += start[c];
+  uint16_t order[kTxqCap];
+  uint32_t fill[port::kMaxQueuePairs];
+  for (uint32_t c = 0; c < tg.n; ++c) fill[c] = start[c];
+  for (uint32_t j = 0; j < cnt; ++j) order[fill[sel[j]]++] = slots[j];
+  for (uint32_t c = 0; c < tg.n; ++c) {
+    if (start[c + 1] > start[c])
+      deliver_to(o, tg.q[c], in_pool(order + start[c]), start[c + 1] - start[c], now);
+  }
+  return cnt;
 }
 
 template <class Get>

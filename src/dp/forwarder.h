@@ -212,8 +212,17 @@ class Forwarder {
   void flood(uint32_t in, uint16_t s);
   /// Delivers output `out`'s queue. `may_keep`: frames that find its receive queue full
   /// may stay queued for a retry (PortDp::tx_retry_ns); never from flush_all() nor from a
-  /// full queue's flush.
+  /// full queue's flush (kTxqCap), nor in a burst with a frame of more than kInlineSegs
+  /// segments.
   void flush_port(uint32_t out, uint64_t check_ns, bool may_keep = false);
+  /// Delivers (or hands off, or drops as no_destination) the frames `slots[0..cnt)` to
+  /// output `out`, leaving their references alone. Returns the frames done: with
+  /// `may_keep`, slots[returned..cnt) found the receive queue full and may be retried.
+  /// Output `out`'s queue holds only frames kept for a retry: its age, held_, kept_ and
+  /// the counters say so.
+  void note_kept(uint32_t out);
+  uint32_t send_slots(uint32_t out, const uint16_t* slots, uint32_t cnt, uint64_t check_ns,
+                      bool may_keep);
   void flush_due();
   void unref(uint16_t s) {
     if (--pool_[s].refs == 0) complete(s);

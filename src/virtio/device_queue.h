@@ -178,6 +178,15 @@ class DeviceQueue {
     return n;
   }
 
+  /// Chains a burst of up to `max` may pop without checking has_avail() before each: the
+  /// avail index read once per burst (0 when the ring is broken: see pending()).
+  uint32_t ready(uint32_t max) {
+    const uint32_t cached = static_cast<uint16_t>(shadow_avail_ - last_avail_);
+    const int n = cached >= max ? static_cast<int>(cached) : pending();
+    if (n <= 0) return 0;
+    return static_cast<uint32_t>(n) < max ? static_cast<uint32_t>(n) : max;
+  }
+
   /// True if at least one avail entry is ready. Reads the driver's index (a cache line
   /// the driver writes) only when the entries seen last time are used up.
   bool has_avail() {

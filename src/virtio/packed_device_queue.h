@@ -143,6 +143,9 @@ class PackedDeviceQueue {
   }
   /// 1 if a chain is available, else 0 (a packed ring has no avail index to count with).
   int pending() const { return has_avail() ? 1 : 0; }
+  /// Chains a burst of up to `max` may try to pop: `max` if one is available (pop() then
+  /// says kEmpty at the first that is not; a packed ring has no index to read ahead).
+  uint32_t ready(uint32_t max) const { return has_avail() ? max : 0; }
 
   /// Takes the next chain into `arena`. kDeviceWrites: true for a receive queue. Returns
   /// kEmpty if nothing is available; kBadChain/kTooBig after returning the chain with
