@@ -185,6 +185,7 @@ template <class Q>
   uint32_t k = 0;
   uint32_t taken = 0;
   uint64_t bytes = 0;
+  const bool hdr12 = d.hdr_len == sizeof(NetHdr);  // (locals: the pops' barriers reload members)
   const uint32_t ready = q->ready(n);  // split: the avail index, read once per burst
   while (taken < ready && arena_.has_room_for_chain()) {
     Chain ch;
@@ -202,11 +203,11 @@ template <class Q>
     else if (lean_split_) [[unlikely]] lean_slots_[lean_n_++] = s;
     Slot& sl = pool_[s];
     Drop bad = Drop::kCount;
-    if (one && d.hdr_len == sizeof(NetHdr) && b.len >= sizeof(NetHdr) + kEthHdrLen) [[likely]] {
+    if (one && hdr12 && b.len >= sizeof(NetHdr) + kEthHdrLen) [[likely]] {
       // The common chain: header and frame in one buffer. The header is read once, into
       // the slot; the frame's one segment lives in the slot (never in the arena).
       std::memcpy(&sl.hdr, b.ptr, sizeof(NetHdr));
-      compiler_barrier();
+      pin_copy(sl.hdr);  // read once: the slot's copy is what counts
       sl.inl[0] = Segment{b.ptr + sizeof(NetHdr), b.len - static_cast<uint32_t>(sizeof(NetHdr))};
       sl.segs = sl.inl;
       sl.nsegs = 1;
@@ -654,6 +655,10 @@ uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, u
   port::QueueCounters& qc = qcounters_[o][qi];
   QueueAgeStats& age = age_[o];
   uint64_t sent = 0, bytes = 0, nobuf = 0;
+  // The receiver's settings as locals (the pops' barriers would reload them every frame).
+  const uint32_t max_frame = od.max_frame;
+  const uint32_t hdr_len = od.hdr_len;
+  const bool mrg_rxbuf = od.mrg_rxbuf;
   // Queue ages: frames of one burst share their time, so the histogram is updated once per
   // run of equal times (frames run_j..j), not once per frame.
   uint64_t run_t = frame(0).t_ns;
@@ -672,9 +677,9 @@ uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, u
     std::memcpy(&flags_gso, &sl.hdr, sizeof flags_gso);
     static_assert(offsetof(NetHdr, flags) == 0 && offsetof(NetHdr, gso_type) == 1);
     offload::Outcome st;
-    if (!flags_gso && sl.len <= od.max_frame) [[likely]] {
-      const DeliverStatus ds = deliver_frame(*rq, scratch_, NetHdr{}, od.hdr_len, sl.segs,
-                                             sl.nsegs, sl.len, od.mrg_rxbuf);
+    if (!flags_gso && sl.len <= max_frame) [[likely]] {
+      const DeliverStatus ds = deliver_frame(*rq, scratch_, NetHdr{}, hdr_len, sl.segs,
+                                             sl.nsegs, sl.len, mrg_rxbuf);
       if (ds == DeliverStatus::kOk) [[likely]] {
         ++sent;
         bytes += sl.len;

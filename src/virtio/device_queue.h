@@ -32,6 +32,14 @@ namespace vl::virtio {
 
 inline void compiler_barrier() { asm volatile("" ::: "memory"); }
 
+/// A barrier on one local copy `v` of shared memory: the compiler must take `v` as changed
+/// here, so it cannot re-read the shared bytes in place of `v` (a double fetch). Unlike
+/// compiler_barrier(), values elsewhere in memory need not be reloaded after it.
+template <class T>
+inline void pin_copy(T& v) {
+  asm volatile("" : "+m"(v));
+}
+
 /// A piece of a buffer in our address space.
 struct Segment {
   uint8_t* ptr;
@@ -369,7 +377,7 @@ inline PopStatus DeviceQueue::pop_any(SegmentArena& arena, Chain* chain, OneBuff
 
   VringDesc d;
   std::memcpy(&d, &desc_[head], sizeof d);
-  compiler_barrier();  // item 13: only the local copy is used from here on
+  pin_copy(d);  // item 13: only the local copy is used from here on
   if (uint8_t* p = one_descriptor_buffer<kDeviceWrites>(*mem_, d.flags, d.addr, d.len)) [[likely]] {
     *one = OneBuffer{p, d.len, head};
     return PopStatus::kOne;

@@ -342,8 +342,8 @@ inline PopStatus PackedDeviceQueue::pop_any(SegmentArena& arena, Chain* chain, O
   const uint16_t f0 = __atomic_load_n(&ring_[last_avail_].flags, __ATOMIC_ACQUIRE);
   if (!is_avail(f0)) return PopStatus::kEmpty;
   std::memcpy(&d, &ring_[last_avail_], sizeof d);
-  compiler_barrier();  // item 13: only the local copy is used from here on
-  d.flags = f0;        // the flags we checked, not a second read
+  pin_copy(d);   // item 13: only the local copy is used from here on
+  d.flags = f0;  // the flags we checked, not a second read
   if (uint8_t* p = one_descriptor_buffer<kDeviceWrites>(*mem_, d.flags, d.addr, d.len)) [[likely]] {
     next_slot(&last_avail_, &avail_wrap_);
     ++in_flight_;
