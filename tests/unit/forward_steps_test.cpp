@@ -391,5 +391,52 @@ TEST_F(ForwardSteps, ZeroLengthReceiveBufferNeverGetsAFrameWrittenElsewhere) {
   EXPECT_EQ(fw->counters(1).tx_packets.load(), 1u);
 }
 
+// A full burst (32 frames) for an empty output queue is delivered straight from the burst's
+// list; what finds the receive queue full is kept for a retry like any other flush's.
+TEST_F(ForwardSteps, FullBurstIntoAFullReceiveQueueIsRetriedNotDropped) {
+  start(2, dp::ForwardMode::kXconnect, 20, &fake_now);
+  ASSERT_EQ(tables.burst, 32u);
+  std::vector<uint16_t> heads;
+  for (uint8_t i = 0; i < 32; ++i) heads.push_back(send(0, frame_to(2, 1, 64, i)));
+  post_rx(1, 10);
+  EXPECT_EQ(fw->poll(0, 0), 32u);
+  EXPECT_EQ(received(1).size(), 10u);
+  EXPECT_TRUE(fw->holding());
+  EXPECT_GE(fw->counters(1).tx_retries.load(), 22u);
+  EXPECT_EQ(returned(0), (std::vector<uint16_t>(heads.begin(), heads.begin() + 10)));
+  g_now_ns += 10000;
+  post_rx(1, 32);
+  fw->end_pass();
+  const auto got = received(1);
+  ASSERT_EQ(got.size(), 22u);
+  for (uint8_t i = 0; i < 22; ++i) EXPECT_EQ(got[i][14], 10 + i);
+  EXPECT_EQ(returned(0), (std::vector<uint16_t>(heads.begin() + 10, heads.end())));
+  EXPECT_EQ(drops(1, port::Drop::kNoRxBuffer), 0u);
+  EXPECT_EQ(fw->counters(1).tx_packets.load(), 32u);
+  EXPECT_FALSE(fw->holding());
+}
+
+// A lean burst's return list is the burst itself until a malformed frame appears; from
+// then on it is kept apart. Every chain still goes back once, in the order taken.
+TEST_F(ForwardSteps, FullBurstWithABadHeaderReturnsEveryChainInOrder) {
+  start(2, dp::ForwardMode::kXconnect);
+  post_rx(1, 64);
+  std::vector<uint16_t> heads;
+  std::vector<std::vector<uint8_t>> good;
+  for (uint8_t i = 0; i < 32; ++i) {
+    if (i == 5 || i == 20) {
+      heads.push_back(tx(0).add_tx(std::vector<uint8_t>(20, 0)));  // bad_header
+    } else {
+      good.push_back(frame_to(2, 1, 64, i));
+      heads.push_back(send(0, good.back()));
+    }
+  }
+  EXPECT_EQ(fw->poll(0, 0), 32u);
+  EXPECT_EQ(received(1), good);
+  EXPECT_EQ(returned(0), heads);
+  EXPECT_EQ(drops(0, port::Drop::kBadHeader), 2u);
+  EXPECT_FALSE(fw->holding());
+}
+
 }  // namespace
 }  // namespace vl
