@@ -46,6 +46,36 @@ def load_average():
         return None
 
 
+# A bench is "taken under load" when the CPUs were busier than this (fraction of all CPUs)
+# in the seconds before it started: its figures then say so and yield no ratio.
+LOADED_BUSY = 0.25
+
+
+def cpu_busy(seconds=2.0):
+    """Fraction (0..1) of all CPUs' time spent busy over `seconds`, from /proc/stat; None if
+    unreadable. The 1-minute load average would also count a previous bench's own polling."""
+    def sample():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        idle = v[3] + (v[4] if len(v) > 4 else 0)
+        return sum(v), idle
+    try:
+        t0, i0 = sample()
+        time.sleep(seconds)
+        t1, i1 = sample()
+    except (OSError, ValueError):
+        return None
+    return round(1 - (i1 - i0) / (t1 - t0), 3) if t1 > t0 else None
+
+
+def load_verdict(busy):
+    """The verdict line for a bench whose CPUs were `busy` before it started, or None."""
+    if busy is None or busy <= LOADED_BUSY:
+        return None
+    return ("verdict: taken under load (CPUs %.0f%% busy in the 2 s before the start): the "
+            "figures are not comparable and yield no ratio" % (100 * busy))
+
+
 def bench_command(name, argv):
     """The command line a bench records: `virtlink bench NAME ARGS`, without the --virtlink
     option `virtlink bench` passes to its scripts (not the user's)."""
@@ -133,9 +163,12 @@ def fmt_us(ns):
     return "-" if ns is None else "%.1f" % (ns / 1000.0)
 
 
-def throughput_table(rows, virtlink_modes):
+def throughput_table(rows, virtlink_modes, loaded=False):
     """NDR/PDR table: one block per frame size, one line per switch configuration, with
-    virtlink's NDR ratio to every other configuration (anchor) of the same run.
+    virtlink's NDR ratio to every other configuration (anchor) of the same run. With
+    --repeat, NDR and PDR are medians and "spread" is (max - min) / median of the NDRs.
+    A lower bound ('+') on either side yields "lb" instead of a ratio; `loaded` (the bench
+    was taken under load) yields none at all.
 
     `virtlink_modes`: the virtlink modes to compare (e.g. ["xconnect", "bridge"]).
     """
@@ -143,8 +176,8 @@ def throughput_table(rows, virtlink_modes):
     sizes = sorted({r["frame_size"] for r in rows})
     short = {"xconnect": "xc", "bridge": "br"}
     ratio_cols = ["vl-%s/this" % short.get(m, m) for m in virtlink_modes]
-    hdr = "%-9s %-9s %6s %9s %9s %9s %11s %11s %9s" % (
-        "switch", "mode", "bytes", "NDR Mpps", "PDR Mpps", "lat@Mpps", "avg/p99 us",
+    hdr = "%-9s %-9s %6s %9s %9s %7s %9s %11s %11s %9s" % (
+        "switch", "mode", "bytes", "NDR Mpps", "PDR Mpps", "spread", "lat@Mpps", "avg/p99 us",
         "max us", "cyc/pkt")
     hdr += "".join(" %10s" % c for c in ratio_cols)
     lines.append(hdr)
@@ -158,19 +191,29 @@ def throughput_table(rows, virtlink_modes):
                 ("+" if r.get("ndr_gen_limited") or r.get("ndr_at_max") else "")
             pdr = fmt_num(r["pdr_mpps"]) + \
                 ("+" if r.get("pdr_gen_limited") or r.get("pdr_at_max") else "")
-            line = "%-9s %-9s %6d %9s %9s %9s %11s %11s %9s" % (
-                r["switch"], r["mode"], size, ndr, pdr, fmt_num(r.get("latency_rate_mpps")),
+            sp = r.get("ndr_spread")
+            line = "%-9s %-9s %6d %9s %9s %7s %9s %11s %11s %9s" % (
+                r["switch"], r["mode"], size, ndr, pdr,
+                "%.0f%%" % (100 * sp) if sp is not None else "-",
+                fmt_num(r.get("latency_rate_mpps")),
                 "%s/%s" % (fmt_us(lat["avg"]), fmt_us(lat["p99"])) if lat else "-",
                 fmt_us(lat["max"]) if lat else "-", cyc if cyc is not None else "-")
             for m in virtlink_modes:
                 v = vl.get(m)
-                if r["switch"] == "virtlink" or v is None or not r["ndr_mpps"] or \
+                if loaded or r["switch"] == "virtlink" or v is None or not r["ndr_mpps"] or \
                         v["ndr_mpps"] is None:
                     line += " %10s" % "-"
+                elif lower_bound(r) or lower_bound(v):
+                    line += " %10s" % "lb"
                 else:
                     line += " %9.2fx" % (v["ndr_mpps"] / r["ndr_mpps"])
             lines.append(line)
     return lines
+
+
+def lower_bound(r):
+    """True if the row's NDR is a lower bound (generator-limited, or at the search maximum)."""
+    return bool(r.get("ndr_gen_limited") or r.get("ndr_at_max"))
 
 
 # ---------------------------------------------------------------------------------------

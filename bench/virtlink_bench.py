@@ -194,6 +194,36 @@ def measure_point(topo, label, size, opts):
     return fields, hist
 
 
+def spread(vals):
+    """(max - min) / median of `vals`, or None for fewer than two values or a zero median."""
+    if len(vals) < 2 or not statistics.median(vals):
+        return None
+    return round((max(vals) - min(vals)) / statistics.median(vals), 4)
+
+
+def measure_repeated(topo, label, size, opts):
+    """measure_point() --repeat times: the fields of the run whose NDR is the median, with
+    every run's NDR and PDR and their spreads ((max - min) / median)."""
+    runs = []
+    for r in range(opts.repeat):
+        if opts.repeat > 1:
+            log("%s %d B: repeat %d of %d" % (label, size, r + 1, opts.repeat))
+        runs.append(measure_point(topo, label, size, opts))
+    order = sorted(range(len(runs)), key=lambda i: runs[i][0]["ndr_mpps"])
+    fields, hist = runs[order[len(order) // 2]]
+    fields = dict(fields)
+    ndrs = [f["ndr_mpps"] for f, _ in runs]
+    pdrs = [f["pdr_mpps"] for f, _ in runs]
+    fields.update(ndr_mpps=round(statistics.median(ndrs), 4),
+                  pdr_mpps=round(statistics.median(pdrs), 4),
+                  ndr_runs=ndrs, pdr_runs=pdrs, ndr_spread=spread(ndrs), pdr_spread=spread(pdrs),
+                  ndr_gen_limited=any(f["ndr_gen_limited"] for f, _ in runs),
+                  pdr_gen_limited=any(f["pdr_gen_limited"] for f, _ in runs),
+                  ndr_at_max=any(f["ndr_at_max"] for f, _ in runs),
+                  pdr_at_max=any(f["pdr_at_max"] for f, _ in runs), repeat=opts.repeat)
+    return fields, hist
+
+
 def bench_rfc2544(opts):
     topology = opts.name
     sizes = [int(x) for x in opts.frame_sizes.split(",")]
@@ -233,7 +263,7 @@ def bench_rfc2544(opts):
                     if mode != sw.mode:
                         sw.set_mode(mode)
                     for size in sizes:
-                        fields, hist = measure_point(topo, label, size, opts)
+                        fields, hist = measure_repeated(topo, label, size, opts)
                         rows.append(report.row(
                             experiment=topology, topology=topology, switch=kind, mode=mode,
                             policy="rx-batch" if kind == "virtlink" else None,
@@ -267,7 +297,7 @@ def bench_rfc2544(opts):
 
 def bench_loopback_gen(opts):
     sizes = [int(x) for x in opts.frame_sizes.split(",")]
-    runs = 1 if opts.quick else opts.runs
+    runs = opts.repeat if opts.repeat_given else (1 if opts.quick else opts.runs)
     configs = [("virtlink", "xconnect"), ("virtlink", "bridge"), ("testpmd", "io")]
     results = {}
     for kind, mode in configs:
@@ -313,18 +343,29 @@ def loopback_table(results, sizes, configs, opts, traffic):
     lines = ["%-10s %-9s %6s %10s %12s %14s %12s %s" % ("switch", "mode", "bytes", "Mpps",
                                                          "vs testpmd", "cycles/pkt",
                                                          "gen cyc/f", "runs")]
+    verdicts = []
+    loaded = bool(getattr(opts, "loaded", None))
     for size in sizes:
         anchor = results.get(("testpmd", "io", size), (None,))[0]
         for sw, mode in configs:
             if (sw, mode, size) not in results:
                 continue
             med, vals, cpp = results[(sw, mode, size)]
-            ratio = med / anchor if anchor else None
             gcyc = getattr(opts, "gen_cycles", {}).get((sw, mode, size))
-            lines.append("%-10s %-9s %6d %10.3f %12s %14s %12s %s" % (
-                sw, mode, size, med, "%.2fx" % ratio if ratio else "-",
+            # The traffic side is the limit when it spends more cycles per frame than the
+            # switch: the switch's rate is then a lower bound of what it can carry.
+            lower = bool(cpp and gcyc and gcyc >= cpp)
+            ratio = med / anchor if anchor and not lower and not loaded else None
+            if lower:
+                verdicts.append("verdict: %s/%s %d B: %.3f Mpps is a lower bound (the generator "
+                                "spent %d cycles per frame, the switch %d: the generator was the "
+                                "limit): no ratio" % (sw, mode, size, med, gcyc, cpp))
+            sp = spread(vals)
+            lines.append("%-10s %-9s %6d %10.3f %12s %14s %12s %s%s" % (
+                sw, mode, size, med, "%.2fx" % ratio if ratio else ("lb" if lower else "-"),
                 cpp if cpp is not None else "-", gcyc if gcyc else "-",
-                " ".join("%.3f" % v for v in vals)))
+                " ".join("%.3f" % v for v in vals),
+                "  (spread %.0f%%)" % (100 * sp) if sp is not None else ""))
             rows.append(report.row(
                 experiment="loopback", topology="p2p", switch=sw, mode=mode,
                 policy="rx-batch" if sw == "virtlink" else None, pmd_mode="poll", vnfs=0,
@@ -334,7 +375,11 @@ def loopback_table(results, sizes, configs, opts, traffic):
                 ratio_to_testpmd=round(ratio, 3) if ratio else None, traffic=traffic,
                 ring=getattr(opts, "ring", "split"), queues=getattr(opts, "queues", 1),
                 pmd_threads=getattr(opts, "pmd_threads", 1) if sw == "virtlink" else 1,
-                gen_tx_cycles_per_packet=getattr(opts, "gen_cycles", {}).get((sw, mode, size))))
+                gen_tx_cycles_per_packet=getattr(opts, "gen_cycles", {}).get((sw, mode, size)),
+                mpps_spread=sp, lower_bound=lower, loaded=loaded))
+    lines += verdicts
+    if loaded:
+        lines.append(opts.loaded)
     return rows, lines
 
 
@@ -423,7 +468,11 @@ def main():
                     help="entries of the generator's rings (1024: the switch's receive "
                     "queue from the generator, as deep as a NIC's)")
     ap.add_argument("--max-trials", type=int, default=30, help="per search (30)")
-    ap.add_argument("--runs", type=int, default=3, help="loopback: runs per point (median)")
+    ap.add_argument("--runs", type=int, default=3, help="loopback: runs per point (median); "
+                    "--repeat N overrides it")
+    ap.add_argument("--repeat", type=int, default=None,
+                    help="measure every point N times and report the median and spread "
+                    "((max - min) / median) of each figure (default 1; loopback: --runs)")
     ap.add_argument("--warm", type=float, default=2.0, help="loopback --traffic testpmd: "
                     "seconds before measuring")
     ap.add_argument("--traffic", choices=["gen", "testpmd"], default="gen",
@@ -451,6 +500,11 @@ def main():
     if opts.queues < 1 or opts.queues > 64:
         ap.error("--queues: 1..64")
     opts.loopback_errors, opts.gen_cycles = [], {}
+    opts.repeat_given = opts.repeat is not None
+    if opts.repeat is None:
+        opts.repeat = 1
+    if opts.repeat < 1:
+        ap.error("--repeat: at least 1")
     if opts.name == "batching":
         # Table (a) is at 64 B; --frame-sizes are table (b)'s (default 512,1024,1280,1518).
         if opts.trial is None:
@@ -475,12 +529,14 @@ def main():
     command = report.bench_command("", sys.argv[1:])
     version, anchors = report.versions(vltest.VIRTLINK)
     load0 = report.load_average()
+    opts.busy0 = report.cpu_busy()
+    opts.loaded = report.load_verdict(opts.busy0)
     t0 = time.time()
     errors, plots, diagnostics = [], [], {}
     if opts.name == "batching":
         import batching_bench
         core_plan = topologies.CORE_PLAN
-        rows, lines, errors, diagnostics, plots = batching_bench.run(opts, measure_point, log)
+        rows, lines, errors, diagnostics, plots = batching_bench.run(opts, measure_repeated, log)
         plots = [p for p in plots if p]
         note = ("NDR: Mpps offered in the passing trial (0 loss), unidirectional, 64 B, searched "
                 "to %s with %.3g s trials; latency: one-way (gen TSC timestamps), min/avg/max in "
@@ -512,7 +568,15 @@ def main():
             opts.ring, opts.queues, "" if opts.queues == 1 else "s")) + pmd_share_note(opts)
         rows, hists, errors, diagnostics = bench_rfc2544(opts)
         lines = report.throughput_table(
-            rows, ["xconnect", "bridge"] if opts.name == "p2p" else ["xconnect"])
+            rows, ["xconnect", "bridge"] if opts.name == "p2p" else ["xconnect"],
+            loaded=bool(opts.loaded))
+        lb = ["verdict: %s/%s %d B: NDR %.3f Mpps is a lower bound (the generator could not "
+              "offer more, or it passed at the search maximum): no ratio" % (
+                  r["switch"], r["mode"], r["frame_size"], r["ndr_mpps"] or 0)
+              for r in rows if report.lower_bound(r)]
+        lines += lb + ([opts.loaded] if opts.loaded else [])
+        for r in rows:
+            r["loaded"] = bool(opts.loaded)
         note = ("NDR/PDR: Mpps over both directions (PDR: <= %.2g%% loss), offered in the passing "
                 "trial; '+': a lower bound (the generator could not offer more, or it passed at "
                 "the search maximum); lat@Mpps: the rate of the latency "
@@ -543,6 +607,7 @@ def main():
     if opts.json:
         report.write_json(opts.json, command, version, core_plan, rows, anchors=anchors,
                           errors=errors, load_average={"start": load0, "end": load1},
+                          cpu_busy_before_start=opts.busy0, loaded=bool(opts.loaded),
                           method={"trial_s": opts.trial, "precision": opts.precision,
                                   "pdr_loss_percent": opts.pdr_loss,
                                   "latency_fraction": opts.latency_fraction,

@@ -68,6 +68,39 @@ class Bench(unittest.TestCase):
             if row["cycles_per_packet"] is not None:
                 self.assertIn("switch", row["cycles_per_packet"])
 
+    def test_p2p_repeat_reports_median_and_spread(self):
+        # --repeat 3: three searches per point; the row's NDR and PDR are the medians of the
+        # runs it lists, with their spread ((max - min) / median), and the table has a spread
+        # column. The bench records whether the CPUs were busy before it started.
+        with vltest.Testbed(self) as tb:
+            out = os.path.join(tb.dir, "p2p.json")
+            argv = [vltest.VIRTLINK, "bench", "p2p", "--switches", "virtlink:xconnect",
+                    "--frame-sizes", "64", "--trial", "0.3", "--max-mpps", "0.1",
+                    "--precision", "50%", "--retries", "0", "--latency-fraction", "0",
+                    "--repeat", "3", "--no-plot", "--json", out]
+            r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL, timeout=vltest.WATCHDOG_S - 10,
+                               text=True)
+            vltest.log("bench stdout:\n" + r.stdout)
+            self.assertEqual(r.returncode, 0, r.stderr[-4000:])
+            self.assertRegex(r.stdout, r"NDR Mpps\s+PDR Mpps\s+spread")
+            self.assertEqual(r.stderr.count("repeat "), 3, r.stderr[-2000:])
+            with open(out) as f:
+                doc = json.load(f)
+            self.assertIn("cpu_busy_before_start", doc)
+            self.assertIsInstance(doc["loaded"], bool)
+            row = doc["rows"][0]
+            self.assertEqual(row["repeat"], 3)
+            self.assertEqual(len(row["ndr_runs"]), 3)
+            self.assertEqual(len(row["pdr_runs"]), 3)
+            self.assertEqual(row["ndr_mpps"], round(sorted(row["ndr_runs"])[1], 4))
+            self.assertEqual(row["pdr_mpps"], round(sorted(row["pdr_runs"])[1], 4))
+            if row["ndr_mpps"]:
+                lo, hi = min(row["ndr_runs"]), max(row["ndr_runs"])
+                self.assertAlmostEqual(row["ndr_spread"], (hi - lo) / row["ndr_mpps"], places=3)
+            if doc["loaded"]:
+                self.assertIn("verdict: taken under load", r.stdout)
+
 
 if __name__ == "__main__":
     vltest.main(default_timeout=150)
