@@ -26,6 +26,7 @@
 // and aging removes the other.
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -35,8 +36,11 @@ namespace vl::dp {
 using Mac = uint64_t;
 
 inline Mac mac_from_bytes(const uint8_t* b) {
-  return (uint64_t{b[0]} << 40) | (uint64_t{b[1]} << 32) | (uint64_t{b[2]} << 24) |
-         (uint64_t{b[3]} << 16) | (uint64_t{b[4]} << 8) | uint64_t{b[5]};
+  // The six bytes in the top of a little-endian word, byte-swapped: b[0] ends in bits
+  // 40-47, b[5] in bits 0-7 (two loads and a bswap instead of six shifts).
+  uint64_t v = 0;
+  std::memcpy(reinterpret_cast<uint8_t*>(&v) + 2, b, 6);
+  return __builtin_bswap64(v);
 }
 inline bool mac_is_multicast(Mac m) { return (m >> 40) & 1; }  ///< includes broadcast
 
