@@ -195,18 +195,24 @@ class PackedDeviceQueue {
   bool publish_used() {
     if (!nshadow_) return false;
     const uint16_t old_pos = used_pos_;
+    // Locals: the release stores below would make every member be reloaded each entry.
+    PackedDesc* const ring = ring_;
+    const UsedElem* const shadow = shadow_.get();
+    const uint32_t n = nshadow_;
+    const uint16_t num = static_cast<uint16_t>(num_);
     uint16_t pos = used_pos_;
     bool wrap = used_wrap_;
     PackedDesc* first = nullptr;
     uint16_t first_flags = 0;
     uint32_t slots = 0;
-    for (uint32_t i = 0; i < nshadow_; ++i) {
-      const UsedElem& e = shadow_[i];
-      PackedDesc* d = &ring_[pos];
+    for (uint32_t i = 0; i < n; ++i) {
+      const UsedElem e = shadow[i];
+      PackedDesc* d = &ring[pos];
       __atomic_store_n(&d->id, e.id, __ATOMIC_RELAXED);
       __atomic_store_n(&d->len, e.len, __ATOMIC_RELAXED);
-      uint16_t f = wrap ? (kPackedDescFAvail | kPackedDescFUsed) : 0;
-      if (e.len) f |= kDescFWrite;  // §2.8.6: the length is valid only with WRITE
+      // AVAIL and USED equal to the wrap counter; §2.8.6: the length is valid only with WRITE.
+      const uint16_t f = static_cast<uint16_t>((wrap ? (kPackedDescFAvail | kPackedDescFUsed) : 0) |
+                                               (e.len ? kDescFWrite : 0));
       if (i == 0) {
         first = d;
         first_flags = f;
@@ -215,8 +221,8 @@ class PackedDeviceQueue {
       }
       slots += e.ring_descs;
       pos = static_cast<uint16_t>(pos + e.ring_descs);
-      if (pos >= num_) {
-        pos = static_cast<uint16_t>(pos - num_);
+      if (pos >= num) [[unlikely]] {
+        pos = static_cast<uint16_t>(pos - num);
         wrap = !wrap;
       }
     }
