@@ -220,10 +220,10 @@ template <class Q>
         sl.segs = &arena_.segs[f.seg_begin];
         sl.nsegs = f.nsegs;
         sl.len = f.len;
+        many_segs_ |= f.nsegs > kInlineSegs;
       } else {
         bad = Drop::kBadHeader;
       }
-      many_segs_ |= sl.nsegs > kInlineSegs;
     }
     if (bad == Drop::kCount && !offload::plain_tx_header(&sl.hdr)) [[unlikely]] {
       const auto v = offload::check_tx_header(&sl.hdr, sl.len, d.features);

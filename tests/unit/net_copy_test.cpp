@@ -293,6 +293,32 @@ TEST_F(NetCopyTest, MergeableNumBuffersAcrossSegmentEdges) {
   }
 }
 
+// A first receive chain shorter than the header would leave num_buffers (bytes 10-11) in a
+// later chain, never written: a driver that posts it breaks virtio 1.2 §5.1.6.3.1 and its
+// receive queue stops (hostile-inputs.md item 21), rather than read a wrong num_buffers.
+TEST_F(NetCopyTest, MergeableFirstChainShorterThanTheHeaderBreaksTheQueue) {
+  for (uint32_t first_len : {1u, 4u, 10u, 11u}) {
+    // A fresh receive queue each time (the last one is broken).
+    FakeMemory m;
+    m.add_region(0x100000, 1 << 20);
+    GuestMemory g;
+    FakeVring ring(m, 256, 0);
+    ASSERT_TRUE(m.build(g));
+    DeviceQueue q;
+    ring.attach(q, g, kFeatures);
+    ring.add_rx({first_len});
+    ring.add_rx({64});
+    ring.add_rx({256});
+    const auto frame = make_frame(150, static_cast<uint8_t>(first_len));
+    Segment seg{const_cast<uint8_t*>(frame.data()), static_cast<uint32_t>(frame.size())};
+    EXPECT_EQ(deliver_frame(q, *scratch, NetHdr{}, 12, &seg, 1, 150, true), DeliverStatus::kBadRing)
+        << first_len;
+    EXPECT_TRUE(q.broken()) << first_len;
+    q.publish_used();
+    EXPECT_FALSE(ring.next_used().has_value()) << first_len;
+  }
+}
+
 TEST_F(NetCopyTest, MergeableNotEnoughBuffersLeavesTheQueueAsItWas) {
   rx->add_rx({256});
   rx->add_rx({256});
