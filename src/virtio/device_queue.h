@@ -385,13 +385,20 @@ inline PopStatus DeviceQueue::pop_any(SegmentArena& arena, Chain* chain, OneBuff
   return pop_walk<kDeviceWrites>(arena, chain, head, d);
 }
 
-template <bool kDeviceWrites>
-inline PopStatus DeviceQueue::pop(SegmentArena& arena, Chain* chain) {
+/// pop() of either ring layout from its pop_any(): a one-descriptor chain is recorded in
+/// the arena like any other.
+template <bool kDeviceWrites, class Q>
+inline PopStatus pop_via_arena(Q& q, SegmentArena& arena, Chain* chain) {
   OneBuffer b{};  // (initialised for the compiler: written whenever kOne is returned)
-  const PopStatus st = pop_any<kDeviceWrites>(arena, chain, &b);
+  const PopStatus st = q.template pop_any<kDeviceWrites>(arena, chain, &b);
   if (st != PopStatus::kOne) return st;
   take_one(arena, chain, b.head, b.ptr, b.len);
   return PopStatus::kOk;
+}
+
+template <bool kDeviceWrites>
+inline PopStatus DeviceQueue::pop(SegmentArena& arena, Chain* chain) {
+  return pop_via_arena<kDeviceWrites>(*this, arena, chain);
 }
 
 template <bool kDeviceWrites>

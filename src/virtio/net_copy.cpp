@@ -144,16 +144,6 @@ DeliverStatus deliver_frame_rest(Q& q, SegmentArena& scratch, NetHdr hdr, uint32
 
   // Mergeable receive buffers: spread the frame over as many chains as it takes.
   //
-  // Each buffer must hold at least the virtio-net header (virtio 1.2 §5.1.6.3.1, driver
-  // requirements), so num_buffers (header bytes 10-11) is in the first chain. A driver
-  // that posts a shorter first buffer would read a num_buffers never written
-  // (hostile-inputs.md item 21): the queue is broken, like any malformed receive chain.
-  if (first.len < hdr_len) [[unlikely]] {
-    q.restore(start);
-    q.mark_broken();
-    return DeliverStatus::kBadRing;
-  }
-  //
   // The work this frame may cost is bounded by the queue and the frame, never by how the
   // driver shapes its chains: each pop may read up to 2 * size descriptors, and every avail
   // entry may name the same queue-long chain of empty buffers, so without a bound one frame
@@ -194,6 +184,16 @@ DeliverStatus deliver_frame_rest(Q& q, SegmentArena& scratch, NetHdr hdr, uint32
       q.mark_broken();
       return DeliverStatus::kBadRing;
     }
+  }
+  // Each buffer must hold at least the virtio-net header (virtio 1.2 §5.1.6.3.1, driver
+  // requirements), so num_buffers (header bytes 10-11) is in the first chain. After a
+  // shorter first chain (a zero-length one too) it could not be written: the frame did not
+  // go in (no_rx_buffer) and nothing is consumed, rather than the driver reading a wrong
+  // num_buffers (hostile-inputs.md item 21). (The walk above ran first, so a hostile chain
+  // layout still meets the work budget.)
+  if (first.len < hdr_len) [[unlikely]] {
+    q.restore(start);
+    return DeliverStatus::kNoBuffer;
   }
   if (hdr_len >= 12) {
     write_u16_at(&scratch.segs[first.seg_begin], first.nsegs, 10, nbufs);

@@ -361,11 +361,7 @@ inline PopStatus PackedDeviceQueue::pop_any(SegmentArena& arena, Chain* chain, O
 
 template <bool kDeviceWrites>
 inline PopStatus PackedDeviceQueue::pop(SegmentArena& arena, Chain* chain) {
-  OneBuffer b{};  // (initialised for the compiler: written whenever kOne is returned)
-  const PopStatus st = pop_any<kDeviceWrites>(arena, chain, &b);
-  if (st != PopStatus::kOne) return st;
-  take_one(arena, chain, b.head, b.ptr, b.len);
-  return PopStatus::kOk;
+  return pop_via_arena<kDeviceWrites>(*this, arena, chain);
 }
 
 template <bool kDeviceWrites>

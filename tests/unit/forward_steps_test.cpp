@@ -87,6 +87,29 @@ class ForwardSteps : public ::testing::Test {
   uint64_t drops(uint32_t p, port::Drop d) {
     return fw->counters(p).drops[static_cast<uint32_t>(d)].load();
   }
+  /// Bounded retry into a full receive queue (tx_retry_us, like OVS's tx-retries-max): `n`
+  /// frames a -> b with room for `room`; the rest wait, and when b refills 10 us later the
+  /// next pass delivers them, in order, none dropped, every chain returned in order.
+  void retried_within_the_bound(uint8_t n, uint8_t room) {
+    std::vector<uint16_t> heads;
+    for (uint8_t i = 0; i < n; ++i) heads.push_back(send(0, frame_to(2, 1, 64, i)));
+    post_rx(1, room);
+    EXPECT_EQ(fw->poll(0, 0), n);
+    EXPECT_EQ(received(1).size(), room);
+    EXPECT_TRUE(fw->holding());  // the rest wait for receive buffers
+    EXPECT_EQ(returned(0), (std::vector<uint16_t>(heads.begin(), heads.begin() + room)));
+    EXPECT_GE(fw->counters(1).tx_retries.load(), n - room);  // each time a frame is kept
+    g_now_ns += 10000;
+    post_rx(1, n);
+    fw->end_pass();
+    const auto got = received(1);
+    ASSERT_EQ(got.size(), n - room);
+    for (uint8_t i = 0; i < n - room; ++i) EXPECT_EQ(got[i][14], room + i);
+    EXPECT_EQ(returned(0), (std::vector<uint16_t>(heads.begin() + room, heads.end())));
+    EXPECT_EQ(drops(1, port::Drop::kNoRxBuffer), 0u);
+    EXPECT_EQ(fw->counters(1).tx_packets.load(), n);
+    EXPECT_FALSE(fw->holding());
+  }
 
   std::unique_ptr<FakeQuiescer> q;
   std::unique_ptr<dp::Fdb> fdb;
@@ -242,24 +265,7 @@ TEST_F(ForwardSteps, FramesWithOffloadsTakeTheCheckedPath) {
 // Bounded retry into a full receive queue (tx_retry_us, like OVS's tx-retries-max).
 TEST_F(ForwardSteps, FullReceiveQueueRetriedWithinTheBound) {
   start(2, dp::ForwardMode::kXconnect, 20, &fake_now);
-  std::vector<uint16_t> heads;
-  for (uint8_t i = 0; i < 8; ++i) heads.push_back(send(0, frame_to(2, 1, 64, i)));
-  post_rx(1, 3);  // room for 3 of 8
-  EXPECT_EQ(fw->poll(0, 0), 8u);
-  EXPECT_EQ(received(1).size(), 3u);
-  EXPECT_TRUE(fw->holding());  // 5 wait for receive buffers
-  EXPECT_EQ(returned(0), (std::vector<uint16_t>(heads.begin(), heads.begin() + 3)));
-  EXPECT_GE(fw->counters(1).tx_retries.load(), 5u);  // each time a frame is kept
-  // The guest refills 10 us later: the next pass delivers the rest, in order, none dropped.
-  g_now_ns += 10000;
-  post_rx(1, 8);
-  fw->end_pass();
-  const auto got = received(1);
-  ASSERT_EQ(got.size(), 5u);
-  for (uint8_t i = 0; i < 5; ++i) EXPECT_EQ(got[i][14], 3 + i);
-  EXPECT_EQ(returned(0), (std::vector<uint16_t>(heads.begin() + 3, heads.end())));
-  EXPECT_EQ(drops(1, port::Drop::kNoRxBuffer), 0u);
-  EXPECT_FALSE(fw->holding());
+  retried_within_the_bound(8, 3);  // room for 3 of 8
 }
 
 TEST_F(ForwardSteps, ReceiverThatNeverRefillsCostsNoMoreThanTheBound) {
@@ -396,24 +402,7 @@ TEST_F(ForwardSteps, ZeroLengthReceiveBufferNeverGetsAFrameWrittenElsewhere) {
 TEST_F(ForwardSteps, FullBurstIntoAFullReceiveQueueIsRetriedNotDropped) {
   start(2, dp::ForwardMode::kXconnect, 20, &fake_now);
   ASSERT_EQ(tables.burst, 32u);
-  std::vector<uint16_t> heads;
-  for (uint8_t i = 0; i < 32; ++i) heads.push_back(send(0, frame_to(2, 1, 64, i)));
-  post_rx(1, 10);
-  EXPECT_EQ(fw->poll(0, 0), 32u);
-  EXPECT_EQ(received(1).size(), 10u);
-  EXPECT_TRUE(fw->holding());
-  EXPECT_GE(fw->counters(1).tx_retries.load(), 22u);
-  EXPECT_EQ(returned(0), (std::vector<uint16_t>(heads.begin(), heads.begin() + 10)));
-  g_now_ns += 10000;
-  post_rx(1, 32);
-  fw->end_pass();
-  const auto got = received(1);
-  ASSERT_EQ(got.size(), 22u);
-  for (uint8_t i = 0; i < 22; ++i) EXPECT_EQ(got[i][14], 10 + i);
-  EXPECT_EQ(returned(0), (std::vector<uint16_t>(heads.begin() + 10, heads.end())));
-  EXPECT_EQ(drops(1, port::Drop::kNoRxBuffer), 0u);
-  EXPECT_EQ(fw->counters(1).tx_packets.load(), 32u);
-  EXPECT_FALSE(fw->holding());
+  retried_within_the_bound(32, 10);
 }
 
 // A lean burst's return list is the burst itself until a malformed frame appears; from
