@@ -157,6 +157,35 @@ TEST_F(ForwardSteps, TakeBurstGoodBadAndOversizedChainsInOrder) {
   EXPECT_EQ(fw->poll(0, 0), 0u);  // an empty poll
 }
 
+// take_burst pops the burst's one-buffer chains first (pass 1, prefetching their buffers)
+// and stops at the first chain of another kind; that chain and those after it are taken one
+// by one. Frames and returned chains keep the order the driver made them available.
+TEST_F(ForwardSteps, TakeBurstChainsOfSeveralDescriptorsBetweenOneBufferChainsKeepTheirOrder) {
+  start(2, dp::ForwardMode::kXconnect);
+  post_rx(1, 32);
+  std::vector<uint16_t> heads;
+  std::vector<std::vector<uint8_t>> sent;
+  for (uint8_t i = 0; i < 10; ++i) {
+    sent.push_back(frame_to(2, 1, 64 + i, i));
+    const auto bytes = test::with_net_hdr({}, 12, sent.back());
+    const uint32_t len = static_cast<uint32_t>(bytes.size());
+    if (i == 3) {  // header in its own descriptor
+      heads.push_back(tx(0).add_tx(bytes, {12, len - 12}));
+    } else if (i == 6) {  // three descriptors through an indirect table
+      test::ChainOpts o;
+      o.indirect = true;
+      heads.push_back(tx(0).add_tx(bytes, {12, 20, len - 32}, o));
+    } else {
+      heads.push_back(send(0, sent.back()));
+    }
+  }
+  EXPECT_EQ(fw->poll(0, 0), 10u);
+  EXPECT_EQ(received(1), sent);
+  EXPECT_EQ(returned(0), heads);
+  EXPECT_EQ(fw->counters(0).rx_packets.load(), 10u);
+  EXPECT_EQ(fw->counters(1).tx_packets.load(), 10u);
+}
+
 TEST_F(ForwardSteps, TakeBurstStopsAtTheBurstSize) {
   start(2, dp::ForwardMode::kXconnect);
   tables.burst = 8;
