@@ -69,6 +69,65 @@ def have_ovs():
 
 
 # ---------------------------------------------------------------------------------------
+# Core placement. The host runs this machine's two vCPUs on cores that share an L3 (near)
+# or not (far), and moves them every few seconds: a cache line passed between CPUs 0 and 1
+# takes about 4x longer far than near, and every switch's cycles per frame follow it
+# (bench/README.md "Core placement"). A run is compared only with runs of its placement.
+
+# Round trips (TSC cycles) up to this are near; today's machine: near 210-490, far 1030-1470.
+NEAR_MAX_CYCLES = 700
+
+
+def core_to_core_path():
+    """The probe built with virtlink (build/bench/micro/core_to_core), or None."""
+    p = os.path.join(os.path.dirname(os.path.abspath(vltest.VIRTLINK or "")), "bench", "micro",
+                     "core_to_core")
+    return p if os.access(p, os.X_OK) else None
+
+
+def probe_placement(tb, extra_pids=()):
+    """TSC cycles of a cache-line round trip between SWITCH_CPU and GEN_CPU, with every
+    process of the Testbed (and `extra_pids`) stopped (SIGSTOP) for the ~50 ms it takes so
+    that busy-polling threads leave both CPUs; None if the probe is not built or fails."""
+    exe = core_to_core_path()
+    if exe is None:
+        return None
+    pids = [p.p.pid for p in tb.procs if p.p.poll() is None] + list(extra_pids)
+    stopped = []
+    try:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+            except ProcessLookupError:
+                pass
+        out = subprocess.run([exe, str(GEN_CPU), str(SWITCH_CPU), "20000"], capture_output=True,
+                             text=True, timeout=30)
+        if out.returncode != 0:
+            return None
+        return json.loads(out.stdout)["round_trip_cycles"]
+    except (OSError, ValueError, KeyError, subprocess.TimeoutExpired):
+        return None
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+
+def placement(before, after):
+    """"near" or "far" when the probes before and after a run agree, "changed" when they
+    do not, None when there was no probe."""
+    if before is None or after is None:
+        return None
+    a, b = before <= NEAR_MAX_CYCLES, after <= NEAR_MAX_CYCLES
+    if a != b:
+        return "changed"
+    return "near" if a else "far"
+
+
+# ---------------------------------------------------------------------------------------
 # Switches. Each: start(ports) -> {port: socket path the peers connect to (as clients)},
 # wait_ready(ports), cycles_begin()/cycles_end() -> {"switch": cycles per packet} or None,
 # stop(). Processes are registered with the Testbed, which stops them in any case.

@@ -316,26 +316,72 @@ def bench_loopback_gen(opts):
                 opts.loopback_errors.append(msg)
                 continue
             for size in sizes:
-                vals, cpps, gcyc = [], [], []
                 topo.trial(0, size, min(1.0, opts.trial))  # warm-up
+                runs_here = opts.loopback_runs.setdefault((kind, mode, size), [])
                 for r in range(runs):
+                    before = topologies.probe_placement(tb)
                     run = topo.trial(0, size, opts.trial)
+                    after = topologies.probe_placement(tb)
+                    pl = topologies.placement(before, after)
                     mpps = run.rx / run.duration_s / 1e6
                     log("[loopback %s/%s %dB] run %d: %.3f Mpps carried (gen TX %.0f "
-                        "cycles/frame)" % (kind, mode, size, r + 1, mpps,
-                                           run.doc.get("tx_cycles_per_packet", 0)))
-                    vals.append(mpps)
-                    gcyc.append(run.doc.get("tx_cycles_per_packet", 0))
+                        "cycles/frame; core placement %s, probe %s/%s cycles)"
+                        % (kind, mode, size, r + 1, mpps,
+                           run.doc.get("tx_cycles_per_packet", 0), pl or "unknown",
+                           before, after))
                     hz = (run.doc.get("clock") or {}).get("hz")
                     if hz:
                         opts.tsc_hz = hz
-                    if run.cycles:
-                        cpps.append(run.cycles["switch"])
-                results[(kind, mode, size)] = (statistics.median(vals), vals,
-                                               round(statistics.median(cpps)) if cpps else None)
-                opts.gen_cycles[(kind, mode, size)] = round(statistics.median(gcyc))
+                    runs_here.append({"mpps": mpps, "placement": pl,
+                                      "probe_cycles": [before, after],
+                                      "cycles": run.cycles["switch"] if run.cycles else None,
+                                      "gen_cycles": run.doc.get("tx_cycles_per_packet", 0)})
             topo.stop()
+    results = loopback_by_placement(opts.loopback_runs, sizes, configs, opts)
     return loopback_table(results, sizes, configs, opts, "gen")
+
+
+def common_placement(runs, keys):
+    """The core placement every key in `keys` has runs in ("near" first), or None; "any"
+    when no run was probed (every run counts)."""
+    present = [k for k in keys if runs.get(k)]
+    if present and all(r["placement"] is None for k in present for r in runs[k]):
+        return "any"
+    for pl in ("near", "far"):
+        if present and all(any(r["placement"] == pl for r in runs[k]) for k in present):
+            return pl
+    return None
+
+
+def loopback_by_placement(runs, sizes, configs, opts):
+    """{key: (median Mpps, Mpps of the runs used, median cycles/frame)} from the runs at the
+    placement all configs of a size share (opts.placement_used[size]); with none shared,
+    each key's own runs at its most common placement, and no ratio (opts.placement_used
+    None). The median gen cycles go to opts.gen_cycles."""
+    results = {}
+    opts.placement_used = {}
+    for size in sizes:
+        keys = [(sw, mode, size) for sw, mode in configs]
+        pl = common_placement(runs, keys)
+        opts.placement_used[size] = pl
+        for k in keys:
+            rs = runs.get(k) or []
+            if not rs:
+                continue
+            if pl == "any":
+                use = rs
+            elif pl is not None:
+                use = [r for r in rs if r["placement"] == pl]
+            else:
+                own = max(("near", "far", "changed", None),
+                          key=lambda p: sum(1 for r in rs if r["placement"] == p))
+                use = [r for r in rs if r["placement"] == own]
+            vals = [r["mpps"] for r in use]
+            cpps = [r["cycles"] for r in use if r["cycles"]]
+            results[k] = (statistics.median(vals), vals,
+                          round(statistics.median(cpps)) if cpps else None)
+            opts.gen_cycles[k] = round(statistics.median(r["gen_cycles"] for r in use))
+    return results
 
 
 # A loopback point (or its anchor) whose runs spread more than this ((max - min) / median)
@@ -366,9 +412,9 @@ def is_lower(results, key, opts):
 
 def loopback_table(results, sizes, configs, opts, traffic):
     rows = []
-    lines = ["%-10s %-9s %6s %10s %12s %14s %12s %s" % ("switch", "mode", "bytes", "Mpps",
-                                                         "vs testpmd", "cycles/pkt",
-                                                         "gen cyc/f", "runs")]
+    lines = ["%-10s %-9s %6s %10s %12s %11s %10s %10s %s" % ("switch", "mode", "bytes", "Mpps",
+                                                              "vs testpmd", "cycles/pkt",
+                                                              "cyc ratio", "gen cyc/f", "runs")]
     verdicts = []
     loaded = bool(getattr(opts, "loaded", None))
     for size in sizes:
@@ -384,8 +430,25 @@ def loopback_table(results, sizes, configs, opts, traffic):
             unsteady = (sp or 0) > MAX_SPREAD or (spread(results[a_key][1]) or 0) > MAX_SPREAD \
                 if a_key in results else False
             a_lower = is_lower(results, a_key, opts) if a_key in results else False
-            ratio = med / anchor if anchor and not (lower or a_lower or loaded or unsteady) \
+            pl_used = getattr(opts, "placement_used", {}).get(size, "any")
+            all_runs = getattr(opts, "loopback_runs", {}).get((sw, mode, size), [])
+            ratio = med / anchor if anchor and pl_used is not None and not (
+                lower or a_lower or loaded or unsteady) else None
+            # The switch's own busy cycles per frame against the anchor's: valid even when
+            # the generator set the rate (idle polls are not counted; a partial burst only
+            # makes a frame dearer), not under load nor across placements.
+            a_cpp = results[a_key][2] if a_key in results else None
+            cyc_ratio = cpp / a_cpp if cpp and a_cpp and pl_used is not None and not loaded \
                 else None
+            if cyc_ratio and sw != "testpmd":
+                verdicts.append("verdict: %s/%s %d B: %d cycles per frame, %.2fx testpmd io's %d "
+                                "(core placement %s)" % (sw, mode, size, cpp, cyc_ratio, a_cpp,
+                                                         pl_used))
+            if pl_used is None and sw != "testpmd" and anchor:
+                verdicts.append("verdict: %s/%s %d B: no run shares its core placement with "
+                                "the anchor's (%s here): no ratio" % (
+                                    sw, mode, size, ", ".join(
+                                        str(r["placement"]) for r in all_runs)))
             if lower:
                 verdicts.append("verdict: %s/%s %d B: %.3f Mpps is a lower bound (the switch was "
                                 "busy %.0f%% of its core: the generator was the limit): no ratio"
@@ -394,10 +457,14 @@ def loopback_table(results, sizes, configs, opts, traffic):
             elif unsteady and sw != "testpmd" and anchor:
                 verdicts.append("verdict: %s/%s %d B: not steady (spread above %.0f%% here or in "
                                 "the anchor): no ratio" % (sw, mode, size, 100 * MAX_SPREAD))
-            lines.append("%-10s %-9s %6d %10.3f %12s %14s %12s %s%s" % (
+            lines.append("%-10s %-9s %6d %10.3f %12s %11s %10s %10s %s%s" % (
                 sw, mode, size, med, "%.2fx" % ratio if ratio else ("lb" if lower else "-"),
-                cpp if cpp is not None else "-", gcyc if gcyc else "-",
-                " ".join("%.3f" % v for v in vals),
+                cpp if cpp is not None else "-", "%.2fx" % cyc_ratio if cyc_ratio else "-",
+                gcyc if gcyc else "-",
+                " ".join("%.3f" % v for v in vals) + (
+                    "  [%s: %s]" % (pl_used or "own", " ".join(
+                        "%s%s" % (("%.2f" % r["mpps"]), (r["placement"] or "?")[0])
+                        for r in all_runs)) if all_runs and pl_used != "any" else ""),
                 "  (spread %.0f%%)" % (100 * sp) if sp is not None else ""))
             rows.append(report.row(
                 experiment="loopback", topology="p2p", switch=sw, mode=mode,
@@ -410,6 +477,12 @@ def loopback_table(results, sizes, configs, opts, traffic):
                 pmd_threads=getattr(opts, "pmd_threads", 1) if sw == "virtlink" else 1,
                 gen_tx_cycles_per_packet=getattr(opts, "gen_cycles", {}).get((sw, mode, size)),
                 mpps_spread=sp, lower_bound=lower, loaded=loaded,
+                core_placement=pl_used if pl_used != "any" else None,
+                cycles_ratio_to_testpmd=round(cyc_ratio, 3) if cyc_ratio else None,
+                runs_by_placement=[{"placement": r["placement"], "mpps": round(r["mpps"], 4),
+                                    "cycles_per_packet": r["cycles"],
+                                    "probe_round_trip_cycles": r["probe_cycles"]}
+                                   for r in all_runs] or None,
                 switch_busy_fraction=round(busy_fraction(results[(sw, mode, size)], opts), 3)
                 if busy_fraction(results[(sw, mode, size)], opts) is not None else None))
     lines += verdicts
@@ -534,7 +607,7 @@ def main():
     vltest.VIRTLINK = os.path.abspath(opts.virtlink)
     if opts.queues < 1 or opts.queues > 64:
         ap.error("--queues: 1..64")
-    opts.loopback_errors, opts.gen_cycles = [], {}
+    opts.loopback_errors, opts.gen_cycles, opts.loopback_runs = [], {}, {}
     opts.repeat_given = opts.repeat is not None
     if opts.repeat is None:
         opts.repeat = 1
@@ -597,7 +670,10 @@ def main():
                 "frame (virtlink: its own counter, all PMD threads; testpmd: "
                 "--record-core-cycles, with --traffic gen); gen cyc/f: the generator's own TSC "
                 "cycles per transmitted frame (its TX work: reclaim, stamp, post, publish; "
-                "--traffic gen)")
+                "--traffic gen); [near: ...]: every run with its core placement (n near, f far, "
+                "c changed during the run: bench/micro/core_to_core before and after it); "
+                "the figures are the medians of the runs at the placement all switches share "
+                "(near first)")
     else:
         core_plan = topologies.CORE_PLAN + ("; generator rings: %s, %d queue pair%s" % (
             opts.ring, opts.queues, "" if opts.queues == 1 else "s")) + pmd_share_note(opts)
