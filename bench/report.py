@@ -167,8 +167,9 @@ def throughput_table(rows, virtlink_modes, loaded=False):
     """NDR/PDR table: one block per frame size, one line per switch configuration, with
     virtlink's NDR ratio to every other configuration (anchor) of the same run. With
     --repeat, NDR and PDR are medians and "spread" is (max - min) / median of the NDRs.
-    A lower bound ('+') on either side yields "lb" instead of a ratio; `loaded` (the bench
-    was taken under load) yields none at all.
+    A lower bound ('+') on either side yields "lb" instead of a ratio, a trial at another core
+    placement than near on either side "pl"; `loaded` (the bench was taken under load)
+    yields none at all.
 
     `virtlink_modes`: the virtlink modes to compare (e.g. ["xconnect", "bridge"]).
     """
@@ -205,6 +206,8 @@ def throughput_table(rows, virtlink_modes, loaded=False):
                     line += " %10s" % "-"
                 elif lower_bound(r) or lower_bound(v):
                     line += " %10s" % "lb"
+                elif r.get("trials_not_near") or v.get("trials_not_near"):
+                    line += " %10s" % "pl"
                 else:
                     line += " %9.2fx" % (v["ndr_mpps"] / r["ndr_mpps"])
             lines.append(line)

@@ -93,6 +93,7 @@ def probe_placement(tb, extra_pids=()):
     if exe is None:
         return None
     pids = [p.p.pid for p in tb.procs if p.p.poll() is None] + list(extra_pids)
+    pids = list(dict.fromkeys(pids))
     stopped = []
     try:
         for pid in pids:
@@ -114,6 +115,40 @@ def probe_placement(tb, extra_pids=()):
                 os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
+
+
+def topology_pids(topo):
+    """Processes of a Topology's switch that the Testbed does not list (OVS's daemons)."""
+    return [p.p.pid for p in getattr(topo.switch, "procs", []) if p.p.poll() is None]
+
+
+def placed_trial(topo, rate_pps, size, duration_s, flows, wait_s, tries, log=None):
+    """One trial at near core placement where it can be had: waits up to `wait_s` (probing
+    each second) for a near placement before the trial, and repeats a trial whose probes
+    before and after are not both near, up to `tries` trials in all. Returns (GenRun,
+    placement of the run returned, trials repeated). With no probe: one plain trial."""
+    repeats = 0
+    run, pl = None, None
+    for attempt in range(max(1, tries)):
+        before = probe_placement(topo.tb, topology_pids(topo))
+        if before is None:
+            return topo.trial(rate_pps, size, duration_s, flows=flows), None, 0
+        waited = 0
+        while before > NEAR_MAX_CYCLES and waited < wait_s:
+            time.sleep(1)
+            waited += 1
+            before = probe_placement(topo.tb, topology_pids(topo))
+        run = topo.trial(rate_pps, size, duration_s, flows=flows)
+        after = probe_placement(topo.tb, topology_pids(topo))
+        pl = placement(before, after)
+        if pl == "near":
+            break
+        if attempt + 1 < max(1, tries):
+            repeats += 1
+            if log:
+                log("  trial at %s core placement (probe %s/%s cycles): repeated" % (
+                    pl, before, after))
+    return run, pl, repeats
 
 
 def placement(before, after):

@@ -141,9 +141,18 @@ def measure_point(topo, label, size, opts):
     precision = parse_precision(opts.precision, max_pps)
     n = [0]
 
+    placements = []
+    repeats = [0]
+
     def trial_fn(rate):
         n[0] += 1
-        run = topo.trial(rate, size, opts.trial, flows=opts.flows)
+        if opts.placement == "near":
+            run, pl, rep = topologies.placed_trial(topo, rate, size, opts.trial, opts.flows,
+                                                   opts.placement_wait, 3, log)
+            repeats[0] += rep
+        else:
+            run, pl = topo.trial(rate, size, opts.trial, flows=opts.flows), None
+        placements.append(pl)
         short = run.offered_fraction() < 1.0 - opts.max_short
         t = rfc2544.Trial(rate, run.loss, not short, run)
         verdict = ("INVALID: generator offered %.1f%% of the plan" % (100 * run.offered_fraction())
@@ -151,8 +160,9 @@ def measure_point(topo, label, size, opts):
                                                     "pass" if run.loss <= opts.pdr_loss / 100
                                                     else "fail"))
         log("%s trial %d at %.3f Mpps: offered %.3f Mpps, lost %d of %d (%.4f%%; %d at a full "
-            "ring), %s" % (tag, n[0], rate / 1e6, run.offered_pps / 1e6, run.lost, run.offered,
-                           100 * run.loss, run.ring_full, verdict))
+            "ring), %s%s" % (tag, n[0], rate / 1e6, run.offered_pps / 1e6, run.lost, run.offered,
+                             100 * run.loss, run.ring_full, verdict,
+                             "" if pl in (None, "near") else " (core placement %s)" % pl))
         return t
 
     res = rfc2544.search(trial_fn, max_pps, precision, pdr_loss=opts.pdr_loss / 100.0,
@@ -189,8 +199,14 @@ def measure_point(topo, label, size, opts):
                 "pdr_interval_mpps": [round(x / 1e6, 4) for x in res.pdr_interval],
                 "queue_size": opts.queue_size,
                 "trials": [{"mpps": round(t.rate / 1e6, 4), "loss": t.loss, "valid": t.valid,
-                            "offered_mpps": round(t.info.offered_pps / 1e6, 4)}
-                           for t in res.trials]})
+                            "offered_mpps": round(t.info.offered_pps / 1e6, 4),
+                            "core_placement": pl}
+                           for t, pl in zip(res.trials, placements)]},
+        # Trials kept although their core placement was not near (far, or changed during
+        # the trial) after the repeats placed_trial() allows; None: placement not probed.
+        trials_not_near=sum(1 for pl in placements if pl not in (None, "near"))
+        if any(pl is not None for pl in placements) else None,
+        placement_repeats=repeats[0])
     return fields, hist
 
 
@@ -578,6 +594,12 @@ def main():
     ap.add_argument("--max-trials", type=int, default=30, help="per search (30)")
     ap.add_argument("--runs", type=int, default=3, help="loopback: runs per point (median); "
                     "--repeat N overrides it")
+    ap.add_argument("--placement", choices=("near", "any"), default="near",
+                    help="p2p/pvp/pvvp/batching: take each trial at near core placement "
+                    "(bench/README.md 'Core placement': wait for it, repeat a trial whose "
+                    "placement changed; default near) or at whatever the host gives (any)")
+    ap.add_argument("--placement-wait", type=float, default=20.0,
+                    help="seconds a trial waits for near placement before it runs anyway (20)")
     ap.add_argument("--repeat", type=int, default=None,
                     help="measure every point N times and report the median and spread "
                     "((max - min) / median) of each figure (default 1; loopback: --runs)")
@@ -694,9 +716,14 @@ def main():
                 "trial (%.0f%% of NDR); avg/p99/max: one-way latency there; cyc/pkt: the "
                 "switch PMD's TSC cycles per frame at NDR (virtlink: its own counter; "
                 "OVS: pmd-stats-show; testpmd: --record-core-cycles); vl-xc/this (vl-br/this): "
-                "virtlink xconnect's (bridge's) NDR over this line's NDR. Trials of %.3g s "
-                "(vsperf: 60 s)." % (
-                    opts.pdr_loss, 100 * opts.latency_fraction, opts.trial))
+                "virtlink xconnect's (bridge's) NDR over this line's NDR ('lb': a lower "
+                "bound on either side; 'pl': a trial of either kept at far or changed core "
+                "placement). Trials of %.3g s (vsperf: 60 s), %s." % (
+                    opts.pdr_loss, 100 * opts.latency_fraction, opts.trial,
+                    "each at near core placement where the host gave it within %g s "
+                    "(--placement near; a trial whose placement changed is repeated, up to 3 "
+                    "in all)" % opts.placement_wait if opts.placement == "near"
+                    else "at whatever core placement the host gave (--placement any)"))
         if not opts.no_plot and report.have_gnuplot() and rows:
             name = opts.name + ("-quick" if opts.quick else "")
             try:

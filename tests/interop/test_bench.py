@@ -26,7 +26,8 @@ class Bench(unittest.TestCase):
             out = os.path.join(tb.dir, "p2p.json")
             argv = [vltest.VIRTLINK, "bench", "p2p", "--switches", "virtlink:xconnect",
                     "--frame-sizes", "64", "--trial", "0.5", "--max-mpps", "0.2",
-                    "--precision", "25%", "--retries", "0", "--no-plot", "--json", out]
+                    "--precision", "25%", "--retries", "0", "--placement-wait", "1",
+                    "--no-plot", "--json", out]
             r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                stdin=subprocess.DEVNULL, timeout=vltest.WATCHDOG_S - 10,
                                text=True)
@@ -62,6 +63,19 @@ class Bench(unittest.TestCase):
             trials = row["search"]["trials"]
             self.assertGreaterEqual(len(trials), 1)
             self.assertEqual(trials[0]["mpps"], 0.2)  # RFC 2544: the first trial at the maximum
+            # Each trial's core placement (bench/README.md "Core placement"): probed with
+            # build/bench/micro/core_to_core when it is built, else None.
+            probed = os.access(os.path.join(os.path.dirname(vltest.VIRTLINK), "bench", "micro",
+                                            "core_to_core"), os.X_OK)
+            for t in trials:
+                if probed:
+                    self.assertIn(t["core_placement"], ("near", "far", "changed"), t)
+                else:
+                    self.assertIsNone(t["core_placement"], t)
+            self.assertIsInstance(row["placement_repeats"], int)
+            if probed:
+                self.assertEqual(row["trials_not_near"],
+                                 sum(1 for t in trials if t["core_placement"] != "near"))
             if row["latency_ns"] is not None:
                 self.assertEqual(set(row["latency_ns"]),
                                  {"min", "avg", "max", "p50", "p99", "p999"})
@@ -77,7 +91,7 @@ class Bench(unittest.TestCase):
             argv = [vltest.VIRTLINK, "bench", "p2p", "--switches", "virtlink:xconnect",
                     "--frame-sizes", "64", "--trial", "0.3", "--max-mpps", "0.1",
                     "--precision", "50%", "--retries", "0", "--latency-fraction", "0",
-                    "--repeat", "3", "--no-plot", "--json", out]
+                    "--repeat", "3", "--placement-wait", "1", "--no-plot", "--json", out]
             r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                stdin=subprocess.DEVNULL, timeout=vltest.WATCHDOG_S - 10,
                                text=True)
