@@ -66,9 +66,11 @@ def run_virtlink(tb, mode, frame_size, warm_s, trial_s, ring="split", queues=1, 
     gen = TrafficLoop(tb, frame_size, socks["a"], socks["b"], ring, queues)
     tb.wait_connected(["a", "b"])
     time.sleep(warm_s)
+    before = topologies.probe_placement(tb)
     sw.cycles_begin()
     mpps = gen.mpps(trial_s)
-    return mpps, sw.cycles_end()
+    cycles = sw.cycles_end()
+    return mpps, cycles, before, topologies.probe_placement(tb)
 
 
 def run_testpmd_switch(tb, frame_size, warm_s, trial_s, ring="split", queues=1):
@@ -76,33 +78,41 @@ def run_testpmd_switch(tb, frame_size, warm_s, trial_s, ring="split", queues=1):
     socks = topologies.TestpmdSwitch(tb, queues=queues).start(["a", "b"])
     gen = TrafficLoop(tb, frame_size, socks["a"], socks["b"], ring, queues)
     time.sleep(warm_s)
-    return gen.mpps(trial_s), None
+    before = topologies.probe_placement(tb)
+    mpps = gen.mpps(trial_s)
+    return mpps, None, before, topologies.probe_placement(tb)
 
 
-def bench(opts, table):
+def bench(opts, table, by_placement):
+    """Rounds: --repeat N (else --runs, 1 with --quick), each a fresh testbed, the core
+    placement probed before and after its measuring window (bench/README.md "Core
+    placement"; the traffic side's own stats period runs on while it is probed)."""
     sizes = [int(x) for x in opts.frame_sizes.split(",")]
-    runs = 1 if opts.quick else opts.runs
+    runs = opts.repeat if getattr(opts, "repeat_given", False) else (
+        1 if opts.quick else opts.runs)
     configs = [("virtlink", "xconnect"), ("virtlink", "bridge"), ("testpmd", "io")]
-    results = {}
     total = len(sizes) * len(configs) * runs
     done = 0
+    opts.loopback_runs = getattr(opts, "loopback_runs", None) or {}
     for size in sizes:
         for sw, mode in configs:
-            vals, cpps = [], []
             for r in range(runs):
                 done += 1
                 sys.stderr.write("[%d/%d] %s %s %d B run %d ...\n" % (done, total, sw, mode,
                                                                      size, r + 1))
                 with vltest.Testbed(None) as tb:
                     if sw == "virtlink":
-                        m, c = run_virtlink(tb, mode, size, opts.warm, opts.trial, opts.ring,
-                                            opts.queues, opts.pmd_threads)
+                        m, c, before, after = run_virtlink(tb, mode, size, opts.warm, opts.trial,
+                                                           opts.ring, opts.queues,
+                                                           opts.pmd_threads)
                     else:
-                        m, c = run_testpmd_switch(tb, size, opts.warm, opts.trial, opts.ring,
-                                                  opts.queues)
-                vals.append(m)
-                if c:
-                    cpps.append(c["switch"])
-            results[(sw, mode, size)] = (statistics.median(vals), vals,
-                                         round(statistics.median(cpps)) if cpps else None)
+                        m, c, before, after = run_testpmd_switch(tb, size, opts.warm, opts.trial,
+                                                                 opts.ring, opts.queues)
+                pl = topologies.placement(before, after)
+                sys.stderr.write("  %.3f Mpps, core placement %s (probe %s/%s cycles)\n" % (
+                    m, pl or "unknown", before, after))
+                opts.loopback_runs.setdefault((sw, mode, size), []).append(
+                    {"mpps": m, "placement": pl, "probe_cycles": [before, after],
+                     "cycles": c["switch"] if c else None, "gen_cycles": 0})
+    results = by_placement(opts.loopback_runs, sizes, configs, opts)
     return table(results, sizes, configs, opts, "testpmd")

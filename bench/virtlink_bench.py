@@ -45,7 +45,9 @@ avg, max and percentiles from a log-linear histogram (3% bucket width).
 """
 
 import argparse
+import contextlib
 import os
+import signal
 import statistics
 import sys
 import time
@@ -308,16 +310,32 @@ def bench_rfc2544(opts):
 # ---------------------------------------------------------------------------------------
 # loopback
 
+def _signal_all(tb, topo, sig):
+    """Sends `sig` to every process of a Testbed and its switch (SIGSTOP parks a busy-polling
+    topology while another one is measured; SIGCONT wakes it)."""
+    for pid in [p.p.pid for p in tb.procs if p.p.poll() is None] + \
+            topologies.topology_pids(topo):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 def bench_loopback_gen(opts):
+    """All configurations start at once, each parked (SIGSTOP) while another runs, and their
+    runs interleave (run 1 of each, then run 2 of each, ...), so that the host's core
+    placement, which changes every few seconds (bench/README.md "Core placement"), is as
+    likely to be shared by the switches compared."""
     sizes = [int(x) for x in opts.frame_sizes.split(",")]
     runs = opts.repeat if opts.repeat_given else (1 if opts.quick else opts.runs)
     configs = [("virtlink", "xconnect"), ("virtlink", "bridge"), ("testpmd", "io")]
-    results = {}
-    for kind, mode in configs:
-        if not available(kind):
-            log("%s: not installed, skipped" % kind)
-            continue
-        with vltest.Testbed(None) as tb:
+    with contextlib.ExitStack() as stack:
+        up = []  # (kind, mode, Testbed, Topology)
+        for kind, mode in configs:
+            if not available(kind):
+                log("%s: not installed, skipped" % kind)
+                continue
+            tb = stack.enter_context(vltest.Testbed(None))
             topo = topologies.Topology(
                 tb, "p2p", topologies.make_switch(tb, kind, mode, pmd_threads=opts.pmd_threads,
                                                   queues=opts.queues),
@@ -331,13 +349,22 @@ def bench_loopback_gen(opts):
                 log(msg)
                 opts.loopback_errors.append(msg)
                 continue
-            for size in sizes:
-                topo.trial(0, size, min(1.0, opts.trial))  # warm-up
-                runs_here = opts.loopback_runs.setdefault((kind, mode, size), [])
-                for r in range(runs):
-                    before = topologies.probe_placement(tb)
-                    run = topo.trial(0, size, opts.trial)
-                    after = topologies.probe_placement(tb)
+            _signal_all(tb, topo, signal.SIGSTOP)
+            up.append((kind, mode, tb, topo))
+        for size in sizes:
+            for kind, mode, tb, topo in up:  # warm-up
+                _signal_all(tb, topo, signal.SIGCONT)
+                topo.trial(0, size, min(1.0, opts.trial))
+                _signal_all(tb, topo, signal.SIGSTOP)
+            for r in range(runs):
+                for kind, mode, tb, topo in up:
+                    _signal_all(tb, topo, signal.SIGCONT)
+                    try:
+                        before = topologies.probe_placement(tb, topologies.topology_pids(topo))
+                        run = topo.trial(0, size, opts.trial)
+                        after = topologies.probe_placement(tb, topologies.topology_pids(topo))
+                    finally:
+                        _signal_all(tb, topo, signal.SIGSTOP)
                     pl = topologies.placement(before, after)
                     mpps = run.rx / run.duration_s / 1e6
                     log("[loopback %s/%s %dB] run %d: %.3f Mpps carried (gen TX %.0f "
@@ -348,10 +375,12 @@ def bench_loopback_gen(opts):
                     hz = (run.doc.get("clock") or {}).get("hz")
                     if hz:
                         opts.tsc_hz = hz
-                    runs_here.append({"mpps": mpps, "placement": pl,
-                                      "probe_cycles": [before, after],
-                                      "cycles": run.cycles["switch"] if run.cycles else None,
-                                      "gen_cycles": run.doc.get("tx_cycles_per_packet", 0)})
+                    opts.loopback_runs.setdefault((kind, mode, size), []).append(
+                        {"mpps": mpps, "placement": pl, "probe_cycles": [before, after],
+                         "cycles": run.cycles["switch"] if run.cycles else None,
+                         "gen_cycles": run.doc.get("tx_cycles_per_packet", 0)})
+        for kind, mode, tb, topo in up:
+            _signal_all(tb, topo, signal.SIGCONT)
             topo.stop()
     results = loopback_by_placement(opts.loopback_runs, sizes, configs, opts)
     return loopback_table(results, sizes, configs, opts, "gen")
@@ -369,34 +398,46 @@ def common_placement(runs, keys):
     return None
 
 
+def _at(rs, pl):
+    """(median Mpps, Mpps of the runs used, median cycles/frame, median gen cycles) of the
+    runs `rs` at placement `pl` ("any": all of them)."""
+    use = rs if pl == "any" else [r for r in rs if r["placement"] == pl]
+    vals = [r["mpps"] for r in use]
+    cpps = [r["cycles"] for r in use if r["cycles"]]
+    return (statistics.median(vals), vals, round(statistics.median(cpps)) if cpps else None,
+            round(statistics.median(r["gen_cycles"] for r in use)))
+
+
 def loopback_by_placement(runs, sizes, configs, opts):
-    """{key: (median Mpps, Mpps of the runs used, median cycles/frame)} from the runs at the
-    placement all configs of a size share (opts.placement_used[size]); with none shared,
-    each key's own runs at its most common placement, and no ratio (opts.placement_used
-    None). The median gen cycles go to opts.gen_cycles."""
+    """{key: (median Mpps, Mpps of the runs used, median cycles/frame)}. Each virtlink
+    point is taken at the placement it shares with the anchor (testpmd io; near first:
+    opts.placement_used[key]); the anchor's figure for that comparison is in
+    opts.anchor_at[key]. A point that shares none with the anchor is shown at its own most
+    common placement (opts.placement_used[key] None: no ratio); the anchor's row at its
+    own. The median gen cycles go to opts.gen_cycles."""
     results = {}
-    opts.placement_used = {}
+    opts.placement_used, opts.anchor_at = {}, {}
     for size in sizes:
-        keys = [(sw, mode, size) for sw, mode in configs]
-        pl = common_placement(runs, keys)
-        opts.placement_used[size] = pl
-        for k in keys:
+        a_key = ("testpmd", "io", size)
+        a_runs = runs.get(a_key) or []
+        for sw, mode in configs:
+            k = (sw, mode, size)
             rs = runs.get(k) or []
             if not rs:
                 continue
-            if pl == "any":
-                use = rs
-            elif pl is not None:
-                use = [r for r in rs if r["placement"] == pl]
-            else:
+            pl = common_placement(runs, [k, a_key]) if k != a_key else None
+            if pl is None:
                 own = max(("near", "far", "changed", None),
                           key=lambda p: sum(1 for r in rs if r["placement"] == p))
-                use = [r for r in rs if r["placement"] == own]
-            vals = [r["mpps"] for r in use]
-            cpps = [r["cycles"] for r in use if r["cycles"]]
-            results[k] = (statistics.median(vals), vals,
-                          round(statistics.median(cpps)) if cpps else None)
-            opts.gen_cycles[k] = round(statistics.median(r["gen_cycles"] for r in use))
+                fig = _at(rs, own if any(r["placement"] is not None for r in rs) else "any")
+                opts.placement_used[k] = "any" if own is None else (own if k == a_key else None)
+            else:
+                fig = _at(rs, pl)
+                opts.placement_used[k] = pl
+                if a_runs:
+                    opts.anchor_at[k] = _at(a_runs, pl)[:3]
+            results[k] = fig[:3]
+            opts.gen_cycles[k] = fig[3]
     return results
 
 
@@ -434,7 +475,6 @@ def loopback_table(results, sizes, configs, opts, traffic):
     verdicts = []
     loaded = bool(getattr(opts, "loaded", None))
     for size in sizes:
-        anchor = results.get(("testpmd", "io", size), (None,))[0]
         for sw, mode in configs:
             if (sw, mode, size) not in results:
                 continue
@@ -443,17 +483,21 @@ def loopback_table(results, sizes, configs, opts, traffic):
             lower = is_lower(results, (sw, mode, size), opts)
             sp = spread(vals)
             a_key = ("testpmd", "io", size)
-            unsteady = (sp or 0) > MAX_SPREAD or (spread(results[a_key][1]) or 0) > MAX_SPREAD \
-                if a_key in results else False
-            a_lower = is_lower(results, a_key, opts) if a_key in results else False
-            pl_used = getattr(opts, "placement_used", {}).get(size, "any")
+            pl_used = getattr(opts, "placement_used", {}).get((sw, mode, size), "any")
+            # The anchor's figure at this point's placement (its own row's otherwise).
+            anchor_fig = getattr(opts, "anchor_at", {}).get((sw, mode, size), results.get(a_key))
+            anchor = anchor_fig[0] if anchor_fig else None
+            unsteady = (sp or 0) > MAX_SPREAD or (spread(anchor_fig[1]) or 0) > MAX_SPREAD \
+                if anchor_fig else False
+            a_busy = busy_fraction(anchor_fig, opts) if anchor_fig else None
+            a_lower = a_busy is not None and a_busy < MIN_BUSY
             all_runs = getattr(opts, "loopback_runs", {}).get((sw, mode, size), [])
             ratio = med / anchor if anchor and pl_used is not None and not (
                 lower or a_lower or loaded or unsteady) else None
             # The switch's own busy cycles per frame against the anchor's: valid even when
             # the generator set the rate (idle polls are not counted; a partial burst only
             # makes a frame dearer), not under load nor across placements.
-            a_cpp = results[a_key][2] if a_key in results else None
+            a_cpp = anchor_fig[2] if anchor_fig else None
             cyc_ratio = cpp / a_cpp if cpp and a_cpp and pl_used is not None and not loaded \
                 else None
             if cyc_ratio and sw != "testpmd":
@@ -686,7 +730,7 @@ def main():
         else:
             core_plan = loopback_testpmd.CORE_PLAN + " (virtio-user %s rings, queues=%d)" % (
                 opts.ring, opts.queues) + pmd_share_note(opts)
-            rows, lines = loopback_testpmd.bench(opts, loopback_table)
+            rows, lines = loopback_testpmd.bench(opts, loopback_table, loopback_by_placement)
         note = ("Mpps: frames the traffic side received per second over the trial, both "
                 "directions; cycles/pkt: the switch's forwarding thread's busy TSC cycles per "
                 "frame (virtlink: its own counter, all PMD threads; testpmd: "
