@@ -142,11 +142,27 @@ def versions(virtlink):
                "openvswitch-switch-dpdk": package_version("openvswitch-switch-dpdk")}
 
 
+def source_commit():
+    """The commit of the tree this bench runs from ("abc1234", "+changes" appended when
+    tracked files differ from it), or None outside a git checkout (an installed package)."""
+    top = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    try:
+        head = subprocess.run(["git", "-C", top, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", top, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+        return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
 def write_json(path, command, version, core_plan, rows, **extra):
     for r in rows:
         check_row(r)
-    doc = {"command": command, "version": version, "machine": machine(),
-           "core_plan": core_plan, "rows": rows}
+    doc = {"command": command, "version": version, "commit": source_commit(),
+           "machine": machine(), "core_plan": core_plan, "rows": rows}
     doc.update(extra)
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
@@ -252,14 +268,23 @@ def plot_throughput(rows, path, title):
             configs.append(_label(r))
     data = {}
     plots = []
+    marked = []  # (frame size, NDR) of points that are lower bounds or off-placement
     for i, c in enumerate(configs):
         pts = sorted((r["frame_size"], r["ndr_mpps"]) for r in rows
                      if _label(r) == c and r["ndr_mpps"] is not None)
         name = "t%d.dat" % i
         data[name] = "".join("%d %.6f\n" % p for p in pts)
         plots.append("'{%s}' using 1:2 with linespoints title '%s'" % (name.replace(".", "_"), c))
+        marked += [(r["frame_size"], r["ndr_mpps"]) for r in rows if _label(r) == c and
+                   r["ndr_mpps"] is not None and (lower_bound(r) or r.get("trials_not_near"))]
     if not plots:
         return None
+    if marked:
+        # Lower bounds ('+' in the table) and points with a trial at far or changed core
+        # placement ('pl'): open circles around the point, one legend entry.
+        data["m.dat"] = "".join("%d %.6f\n" % p for p in sorted(marked))
+        plots.append("'{m_dat}' using 1:2 with points pt 6 ps 2.5 lc rgb 'black' "
+                     "title 'lower bound or off-placement (no ratio)'")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     script = ("set terminal pngcairo size 900,560\nset output '%s'\nset title '%s'\n"
               "set xlabel 'frame size (bytes)'\nset ylabel 'NDR (Mpps, all directions)'\n"
