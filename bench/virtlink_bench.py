@@ -609,7 +609,8 @@ def main():
     ap.add_argument("--virtlink", required=True, help=argparse.SUPPRESS)
     ap.add_argument("--json", help="write the bench JSON (INTERFACES.md) here")
     ap.add_argument("--quick", action="store_true",
-                    help="64 and 1518 B, 1 s trials, 10%% precision (under 3 minutes)")
+                    help="64 and 1518 B, 1 s trials, 10%% precision, one run per loopback "
+                    "point (p2p with every anchor: about 2-4 minutes)")
     ap.add_argument("--frame-sizes", help="comma-separated bytes (default %s; loopback and "
                     "--quick: 64,1518)" % ALL_SIZES)
     ap.add_argument("--switches", help="comma-separated KIND:MODE of virtlink:xconnect, "
@@ -636,8 +637,8 @@ def main():
                     help="entries of the generator's rings (1024: the switch's receive "
                     "queue from the generator, as deep as a NIC's)")
     ap.add_argument("--max-trials", type=int, default=30, help="per search (30)")
-    ap.add_argument("--runs", type=int, default=3, help="loopback: runs per point (median); "
-                    "--repeat N overrides it")
+    ap.add_argument("--runs", type=int, default=3, help="loopback: runs per point (median; "
+                    "default 3, --quick 1); --repeat N overrides it")
     ap.add_argument("--placement", choices=("near", "any"), default="near",
                     help="p2p/pvp/pvvp/batching: take each trial at near core placement "
                     "(bench/README.md 'Core placement': wait for it, repeat a trial whose "
@@ -657,12 +658,13 @@ def main():
     ap.add_argument("--queues", type=int, default=1,
                     help="loopback, p2p: queue pairs of the traffic side's ports (gen --queues: "
                     "flow f on queue f %% N, so use --flows >= N; testpmd as the switch gets "
-                    "net_vhost queues=N). virtlink's back-end offers one pair until multiqueue "
-                    "lands: N > 1 against it is reported as not measured")
+                    "net_vhost queues=N and --rxq/--txq=N; virtlink takes what the front-end "
+                    "negotiates, up to its --max-queues, 8; default 1)")
     ap.add_argument("--pmd-threads", type=int, choices=[1, 2], default=1,
                     help="loopback, p2p: virtlink PMD threads (1: --pmd-cores 1; 2: --pmd-cores "
-                    "0,1, the second sharing CPU 0 with the generator; ports are assigned to "
-                    "threads round-robin, so in p2p each thread polls one port)")
+                    "0,1, the second sharing CPU 0 with the generator; rxqs (port, queue pair) "
+                    "are dealt to the threads round-robin and receive-queue writers follow the "
+                    "traffic, --pmd-rx-writers follow; default 1)")
     ap.add_argument("--plot-dir", default=None,
                     help="where PNG plots go (default: the --json file's directory, else the "
                     "current directory)")
