@@ -47,7 +47,7 @@ sys.path.insert(0, HERE)
 # deliver_frame (virtio/net_copy.h, the queue headers, guest_memory.h), inlined into the
 # delivery loop, is "copy": the receive-chain pop, the header and frame copy and the used
 # entry it writes.
-COPY_INLINED = r"(net_copy\.h|device_queue\.h|guest_memory\.h):.*Forwarder::deliver_to<"
+COPY_INLINED = r"(net_copy\.h|device_queue\.h|guest_memory\.h):.*Forwarder::deliver_(to|queue)<"
 PHASES = [
     ("dequeue", r"Forwarder::take_burst<|DeviceQueue::pop<false>|PackedDeviceQueue::pop<false>|"
                 r"split_tx_chain|check_tx_header|plain_tx_header|Forwarder::take_slot|has_avail|"

@@ -221,6 +221,10 @@ class DeviceQueue {
     last_used_ = static_cast<uint16_t>(last_used_ - used_n);
   }
 
+  /// Un-pops the last `n` chains popped, each of one descriptor, keeping the used entries
+  /// pushed since (receive buffers taken ahead for a batch and not used after all).
+  void unpop_ones(uint32_t n) { rewind(static_cast<uint16_t>(n), 0); }
+
   /// A point to come back to with restore() (the same interface as PackedDeviceQueue).
   struct Mark {
     uint16_t avail;

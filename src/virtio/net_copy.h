@@ -57,6 +57,22 @@ inline void copy_frame(uint8_t* dst, const uint8_t* src, uint32_t n) {
   std::memcpy(dst, src, n);
 }
 
+/// Writes `hdr` (hdr_len bytes, num_buffers 1) and the `frame_len` bytes at `src` into the
+/// one-descriptor receive buffer `b`, which the caller checked holds them
+/// (b.len >= hdr_len + frame_len), and pushes its used entry (not published).
+template <class Q>
+[[gnu::always_inline]] inline void put_one(Q& q, const OneBuffer& b, NetHdr hdr, uint32_t hdr_len,
+                                           const uint8_t* src, uint32_t frame_len) {
+  const uint64_t total = uint64_t{hdr_len} + frame_len;
+  hdr.num_buffers = 1;
+  if (hdr_len == sizeof(NetHdr)) std::memcpy(b.ptr, &hdr, sizeof(NetHdr));
+  else std::memcpy(b.ptr, &hdr, hdr_len);
+  copy_frame(b.ptr + hdr_len, src, frame_len);
+  // Non-null only while the front-end migrates the guest (VHOST_F_LOG_ALL).
+  if (DirtyLog* log = q.dirty_log()) [[unlikely]] log->mark_host(*q.memory(), b.ptr, total);
+  q.push_used(b.head, static_cast<uint32_t>(total), 1);
+}
+
 /// deliver_frame() past its first receive chain `first` (popped at mark `start`): spread
 /// over several buffers or mergeable chains, gathered from several source segments.
 template <class Q>
@@ -85,13 +101,7 @@ template <class Q>
   const uint64_t total = uint64_t{hdr_len} + frame_len;
   if (st == PopStatus::kOne) [[likely]] {
     if (nsrc == 1 && src[0].len >= frame_len && b.len >= total) [[likely]] {
-      hdr.num_buffers = 1;
-      if (hdr_len == sizeof(NetHdr)) std::memcpy(b.ptr, &hdr, sizeof(NetHdr));
-      else std::memcpy(b.ptr, &hdr, hdr_len);
-      copy_frame(b.ptr + hdr_len, src[0].ptr, frame_len);
-      // Non-null only while the front-end migrates the guest (VHOST_F_LOG_ALL).
-      if (DirtyLog* log = q.dirty_log()) [[unlikely]] log->mark_host(*q.memory(), b.ptr, total);
-      q.push_used(b.head, static_cast<uint32_t>(total), 1);
+      put_one(q, b, hdr, hdr_len, src[0].ptr, frame_len);
       return DeliverStatus::kOk;
     }
     take_one(scratch, &first, b.head, b.ptr, b.len);

@@ -161,6 +161,18 @@ class PackedDeviceQueue {
   template <bool kDeviceWrites>
   PopStatus pop_walk(SegmentArena& arena, Chain* chain, PackedDesc d);
 
+  /// Un-pops the last `n` chains popped, each of one descriptor (one ring slot), keeping the
+  /// used entries pushed since (receive buffers taken ahead for a batch and not used).
+  void unpop_ones(uint32_t n) {
+    if (n > last_avail_) {  // back across the ring's end: the wrap counter flips back
+      last_avail_ = static_cast<uint16_t>(last_avail_ + num_ - n);
+      avail_wrap_ = !avail_wrap_;
+    } else {
+      last_avail_ = static_cast<uint16_t>(last_avail_ - n);
+    }
+    in_flight_ -= n;
+  }
+
   /// A point to come back to with restore(): un-takes the chains taken since and forgets
   /// the used entries pushed since (a receive frame that did not fit).
   struct Mark {

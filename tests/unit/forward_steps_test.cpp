@@ -186,6 +186,59 @@ TEST_F(ForwardSteps, TakeBurstChainsOfSeveralDescriptorsBetweenOneBufferChainsKe
   EXPECT_EQ(fw->counters(1).tx_packets.load(), 10u);
 }
 
+// A delivery batch takes its receive buffers first (pass 1, prefetched) while they are
+// one-buffer chains and the frames plain; a receive chain of another kind, or a buffer too
+// small for its frame, hands the rest of the batch to the frame-by-frame path, which must
+// take the very same buffers in the same order.
+std::vector<std::vector<uint8_t>> merged_frames(test::FakeVring& r) {
+  std::vector<std::vector<uint8_t>> out;
+  while (auto e = r.next_used()) {
+    auto b = r.done_bytes(static_cast<uint16_t>(e->id), e->len);
+    uint16_t nb = 1;
+    std::memcpy(&nb, b.data() + 10, sizeof nb);  // num_buffers (mergeable receive buffers)
+    std::vector<uint8_t> f(b.begin() + 12, b.end());
+    for (uint16_t k = 1; k < nb; ++k) {
+      auto e2 = r.next_used();
+      if (!e2) break;
+      auto b2 = r.done_bytes(static_cast<uint16_t>(e2->id), e2->len);
+      f.insert(f.end(), b2.begin(), b2.end());
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+TEST_F(ForwardSteps, DeliverBatchReceiveChainOfSeveralDescriptorsMidBatchKeepsTheOrder) {
+  start(2, dp::ForwardMode::kXconnect);
+  for (int i = 0; i < 3; ++i) rx(1).add_rx({2048});
+  rx(1).add_rx({40, 2008});  // two descriptors: pass 1 un-pops it
+  for (int i = 0; i < 4; ++i) rx(1).add_rx({2048});
+  std::vector<std::vector<uint8_t>> sent;
+  for (uint8_t i = 0; i < 8; ++i) {
+    sent.push_back(frame_to(2, 1, 64 + i, i));
+    send(0, sent.back());
+  }
+  EXPECT_EQ(fw->poll(0, 0), 8u);
+  EXPECT_EQ(merged_frames(rx(1)), sent);
+  EXPECT_EQ(fw->counters(1).tx_packets.load(), 8u);
+  EXPECT_EQ(drops(1, port::Drop::kNoRxBuffer), 0u);
+}
+
+TEST_F(ForwardSteps, DeliverBatchBufferTooSmallMidBatchSpreadsThatFrameAndKeepsTheOrder) {
+  start(2, dp::ForwardMode::kXconnect);
+  for (int i = 0; i < 4; ++i) rx(1).add_rx({2048});
+  rx(1).add_rx({40});  // one buffer, smaller than header + frame: the frame spreads (mergeable)
+  for (int i = 0; i < 5; ++i) rx(1).add_rx({2048});
+  std::vector<std::vector<uint8_t>> sent;
+  for (uint8_t i = 0; i < 9; ++i) {
+    sent.push_back(frame_to(2, 1, 64, i));
+    send(0, sent.back());
+  }
+  EXPECT_EQ(fw->poll(0, 0), 9u);
+  EXPECT_EQ(merged_frames(rx(1)), sent);
+  EXPECT_EQ(fw->counters(1).tx_packets.load(), 9u);
+}
+
 TEST_F(ForwardSteps, TakeBurstStopsAtTheBurstSize) {
   start(2, dp::ForwardMode::kXconnect);
   tables.burst = 8;

@@ -430,6 +430,43 @@ TEST_F(PackedDeliverTest, MergeableFrameOverThreeBuffers) {
   EXPECT_EQ(std::vector<uint8_t>(got.begin() + 12, got.end()), frame);
 }
 
+// unpop_ones(): receive buffers taken ahead for a batch and not used go back, across the
+// ring's end too (the wrap counter flips back), and are taken again in the same order,
+// while a used entry pushed meanwhile stays.
+TEST_F(PackedDeliverTest, UnpopOnesAcrossTheRingEndKeepsPushedUsedEntries) {
+  setup(4);
+  for (int round = 0; round < 2; ++round) {  // move the ring to slot 2 of the first lap
+    ring->add_rx({2048});
+    ASSERT_EQ(deliver(make_frame(64), false), DeliverStatus::kOk);
+    q.publish_used();
+    ASSERT_TRUE(ring->next_used().has_value());
+  }
+  std::vector<uint16_t> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(ring->add_rx({2048}));  // slots 2, 3, 0, 1
+  OneBuffer b[4];
+  Chain ch;
+  for (auto& x : b) ASSERT_EQ(q.pop_any<true>(*scratch, &ch, &x), PopStatus::kOne);
+  const bool wrap_after = q.avail_wrap();
+  q.push_used(b[0].head, 76, 1);  // the batch's first frame went in
+  q.unpop_ones(3);                // the other three buffers were not used
+  EXPECT_EQ(q.last_avail(), 3);
+  EXPECT_NE(q.avail_wrap(), wrap_after);  // back across the end: the first lap's counter
+  for (int i = 1; i < 4; ++i) {
+    OneBuffer again;
+    ASSERT_EQ(q.pop_any<true>(*scratch, &ch, &again), PopStatus::kOne);
+    EXPECT_EQ(again.head, b[i].head);
+    EXPECT_EQ(again.ptr, b[i].ptr);
+    q.push_used(again.head, 76, 1);
+  }
+  q.publish_used();
+  for (int i = 0; i < 4; ++i) {
+    auto u = ring->next_used();
+    ASSERT_TRUE(u.has_value());
+    EXPECT_EQ(u->id, ids[i]);
+  }
+  EXPECT_FALSE(ring->next_used().has_value());
+}
+
 // Not enough buffers: nothing is consumed (restore()), and the frame goes through once
 // the driver posts more.
 TEST_F(PackedDeliverTest, NoBufferLeavesTheRingAsItWas) {
