@@ -616,8 +616,8 @@ def main():
     ap.add_argument("--switches", help="comma-separated KIND:MODE of virtlink:xconnect, "
                     "virtlink:bridge (p2p), testpmd:io, ovs-dpdk:xconnect, ovs-dpdk:normal "
                     "(default: all that apply)")
-    ap.add_argument("--trial", type=float, help="seconds per trial (default 2; --quick 1; "
-                    "vsperf uses 60)")
+    ap.add_argument("--trial", type=float, help="seconds per trial (default 2, --quick 1; "
+                    "loopback 5, --quick 2; batching 2, --quick 0.5; vsperf uses 60)")
     ap.add_argument("--precision", help="search resolution: PERCENT%% of the maximum rate or "
                     "an absolute rate (50k, 0.1M) in frames/s (default 2%%; --quick 10%%)")
     ap.add_argument("--max-mpps", type=float, help="maximum offered rate, all directions "
@@ -643,13 +643,14 @@ def main():
                     help="p2p/pvp/pvvp/batching: take each trial at near core placement "
                     "(bench/README.md 'Core placement': wait for it, repeat a trial whose "
                     "placement changed; default near) or at whatever the host gives (any)")
-    ap.add_argument("--placement-wait", type=float, default=20.0,
-                    help="seconds a trial waits for near placement before it runs anyway (20)")
+    ap.add_argument("--placement-wait", type=float, default=None,
+                    help="seconds a trial waits for near placement before it runs anyway "
+                    "(20; --quick 5)")
     ap.add_argument("--repeat", type=int, default=None,
                     help="measure every point N times and report the median and spread "
                     "((max - min) / median) of each figure (default 1; loopback: --runs)")
     ap.add_argument("--warm", type=float, default=2.0, help="loopback --traffic testpmd: "
-                    "seconds before measuring")
+                    "seconds before measuring (2)")
     ap.add_argument("--traffic", choices=["gen", "testpmd"], default="gen",
                     help="loopback: traffic side (gen)")
     ap.add_argument("--ring", choices=["split", "packed"], default="split",
@@ -700,6 +701,8 @@ def main():
         opts.precision = "10%" if opts.quick else "2%"
     if opts.retries is None:
         opts.retries = 1 if opts.quick else 2
+    if opts.placement_wait is None:
+        opts.placement_wait = 5.0 if opts.quick else 20.0
     if opts.quick and opts.max_trials > 12:
         opts.max_trials = 12  # keeps --quick under 3 minutes on a noisy machine
     command = report.bench_command("", sys.argv[1:])
@@ -738,10 +741,12 @@ def main():
                 "frame (virtlink: its own counter, all PMD threads; testpmd: "
                 "--record-core-cycles, with --traffic gen); gen cyc/f: the generator's own TSC "
                 "cycles per transmitted frame (its TX work: reclaim, stamp, post, publish; "
-                "--traffic gen); [near: ...]: every run with its core placement (n near, f far, "
-                "c changed during the run: bench/micro/core_to_core before and after it); "
-                "the figures are the medians of the runs at the placement all switches share "
-                "(near first)")
+                "--traffic gen); runs: the Mpps of the runs the figures come from, then [P: "
+                "every run with its core placement] (n near, f far, c changed during the run: "
+                "bench/micro/core_to_core before and after it), P the placement the figures "
+                "come from: the one the point shares with testpmd io (near first), else the "
+                "point's most common ('own', no ratio); each figure is its own median over "
+                "those runs")
     else:
         core_plan = topologies.CORE_PLAN + ("; generator rings: %s, %d queue pair%s" % (
             opts.ring, opts.queues, "" if opts.queues == 1 else "s")) + pmd_share_note(opts)
@@ -749,9 +754,13 @@ def main():
         lines = report.throughput_table(
             rows, ["xconnect", "bridge"] if opts.name == "p2p" else ["xconnect"],
             loaded=bool(opts.loaded))
-        lb = ["verdict: %s/%s %d B: NDR %.3f Mpps is a lower bound (the generator could not "
-              "offer more, or it passed at the search maximum): no ratio" % (
-                  r["switch"], r["mode"], r["frame_size"], r["ndr_mpps"] or 0)
+        lb = [("verdict: %s/%s %d B: nothing measured: no trial passed, every failing one "
+               "invalid (the generator offered too little of its plan: --max-short)" % (
+                   r["switch"], r["mode"], r["frame_size"]))
+              if not r["ndr_mpps"] and not r["pdr_mpps"] else
+              ("verdict: %s/%s %d B: NDR %.3f Mpps is a lower bound (the generator could not "
+               "offer more, or it passed at the search maximum): no ratio" % (
+                   r["switch"], r["mode"], r["frame_size"], r["ndr_mpps"] or 0))
               for r in rows if report.lower_bound(r)]
         lines += lb + ([opts.loaded] if opts.loaded else [])
         for r in rows:

@@ -3,9 +3,12 @@
 #   release  build/        g++ RelWithDebInfo (the binaries users run; -march=native)
 #   asan     build-asan/   clang++ with AddressSanitizer + UndefinedBehaviorSanitizer, and the
 #                          libFuzzer targets in fuzz/ (VIRTLINK_FUZZ)
-# ccache is used when present. Both builds are incremental.
+# ccache is used when present, with paths taken relative to the checkout (CCACHE_BASEDIR,
+# CCACHE_NOHASHDIR) so that a fresh clone elsewhere reuses the cache. Both builds are
+# incremental.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 what=${1:-release}
 jobs=$(nproc)
 

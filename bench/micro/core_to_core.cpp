@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 namespace {
@@ -68,6 +69,12 @@ double round_trip(int a, int b, uint64_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && (std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0)) {
+    std::printf("usage: core_to_core [A B [ROUND_TRIPS]]   (defaults 0 1 20000)\n"
+                "Passes one cache line between CPUs A and B; prints the TSC cycles per round "
+                "trip,\nthe median of 5 rounds, as JSON (bench/README.md \"Core placement\").\n");
+    return 0;
+  }
   const int a = argc > 1 ? std::atoi(argv[1]) : 0;
   const int b = argc > 2 ? std::atoi(argv[2]) : 1;
   const uint64_t n = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 20000;
