@@ -580,46 +580,36 @@ class TakeBurstAttack : public ::testing::Test {
   std::vector<std::unique_ptr<port::VhostPort>> ports;
   std::vector<std::unique_ptr<HFrontend>> fes;
   dp::SwitchTables tables;
+  // Every kind once, on its own and between good one-buffer chains, at the burst edge.
+  void each_kind_around_one_buffer_chains(bool packed, uint32_t seed) {
+    start(packed);
+    std::mt19937 rng(seed);
+    for (uint32_t burst : {1u, 2u, 32u, 64u}) {
+      tables.burst = burst;
+      for (int k = 0; k < kKinds; ++k) {
+        if (!kind_ok(static_cast<Kind>(k))) continue;
+        for (uint32_t before : {0u, burst - 1, burst}) {
+          std::vector<Kind> ks(before, kGoodOne);
+          ks.push_back(static_cast<Kind>(k));
+          for (int i = 0; i < 3; ++i) ks.push_back(kGoodOne);
+          round(ks, rng, std::string(packed ? "packed" : "split") + " burst " +
+                               std::to_string(burst) + " kind " + std::to_string(k) + " before " +
+                               std::to_string(before));
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+
   std::unique_ptr<dp::Forwarder> fw;
 };
 
-// Every kind once, on its own and between good one-buffer chains, at the burst edge.
 TEST_F(TakeBurstAttack, SplitEachKindAroundOneBufferChains) {
-  start(false);
-  std::mt19937 rng(1);
-  for (uint32_t burst : {1u, 2u, 32u, 64u}) {
-    tables.burst = burst;
-    for (int k = 0; k < kKinds; ++k) {
-      if (!kind_ok(static_cast<Kind>(k))) continue;
-      for (uint32_t before : {0u, burst - 1, burst}) {
-        std::vector<Kind> ks(before, kGoodOne);
-        ks.push_back(static_cast<Kind>(k));
-        for (int i = 0; i < 3; ++i) ks.push_back(kGoodOne);
-        round(ks, rng, "split burst " + std::to_string(burst) + " kind " + std::to_string(k) +
-                           " before " + std::to_string(before));
-        if (HasFailure()) return;
-      }
-    }
-  }
+  each_kind_around_one_buffer_chains(false, 1);
 }
 
 TEST_F(TakeBurstAttack, PackedEachKindAroundOneBufferChains) {
-  start(true);
-  std::mt19937 rng(2);
-  for (uint32_t burst : {1u, 2u, 32u, 64u}) {
-    tables.burst = burst;
-    for (int k = 0; k < kKinds; ++k) {
-      if (!kind_ok(static_cast<Kind>(k))) continue;
-      for (uint32_t before : {0u, burst - 1, burst}) {
-        std::vector<Kind> ks(before, kGoodOne);
-        ks.push_back(static_cast<Kind>(k));
-        for (int i = 0; i < 3; ++i) ks.push_back(kGoodOne);
-        round(ks, rng, "packed burst " + std::to_string(burst) + " kind " + std::to_string(k) +
-                           " before " + std::to_string(before));
-        if (HasFailure()) return;
-      }
-    }
-  }
+  each_kind_around_one_buffer_chains(true, 2);
 }
 
 TEST_F(TakeBurstAttack, SplitRandomMixes) {
