@@ -700,6 +700,9 @@ uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, u
   OneBuffer rx[kTxqCap];
   uint32_t nrx = 0;
   {
+    // A chain of another kind is popped into the scratch arena before it is un-popped: the
+    // arena must have a chain's room (a spread frame's last delivery may have filled it).
+    scratch_.clear();
     const uint32_t ready = rq->ready(cnt);  // split: the avail index read once
     while (nrx < ready) {
       const Slot& sl = frame(nrx);
