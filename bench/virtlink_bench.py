@@ -546,9 +546,41 @@ def loopback_table(results, sizes, configs, opts, traffic):
                 switch_busy_fraction=round(busy_fraction(results[(sw, mode, size)], opts), 3)
                 if busy_fraction(results[(sw, mode, size)], opts) is not None else None))
     lines += verdicts
+    if not loaded:
+        lines += placement_lines(sizes, configs, opts)
     if loaded:
         lines.append(opts.loaded)
     return rows, lines
+
+
+def placement_lines(sizes, configs, opts):
+    """One line per virtlink point and core placement that it shares with testpmd io (both
+    near and far where both have runs): cycles per frame and Mpps there, with their ratios
+    to the anchor's at the same placement (the rate's "lb" when the switch was under 90%
+    busy, "-" when either side's runs spread over MAX_SPREAD)."""
+    runs = getattr(opts, "loopback_runs", {})
+    out = []
+    for size in sizes:
+        a_runs = runs.get(("testpmd", "io", size)) or []
+        for sw, mode in configs:
+            if sw == "testpmd":
+                continue
+            rs = runs.get((sw, mode, size)) or []
+            for pl in ("near", "far"):
+                if not any(r["placement"] == pl for r in rs) or \
+                        not any(r["placement"] == pl for r in a_runs):
+                    continue
+                v, a = _at(rs, pl), _at(a_runs, pl)
+                cyc = "%d vs %d cycles/frame (%.2fx)" % (v[2], a[2], v[2] / a[2]) \
+                    if v[2] and a[2] else "cycles unknown"
+                lower = (busy_fraction(v[:3], opts) or 1) < MIN_BUSY or \
+                    (busy_fraction(a[:3], opts) or 1) < MIN_BUSY
+                unsteady = (spread(v[1]) or 0) > MAX_SPREAD or (spread(a[1]) or 0) > MAX_SPREAD
+                rate = "%.3f vs %.3f Mpps (%s)" % (
+                    v[0], a[0], "lb" if lower else "-" if unsteady else "%.2fx" % (v[0] / a[0]))
+                out.append("at %s placement: %s/%s %d B: %s, %s; %d and %d runs" % (
+                    pl, sw, mode, size, cyc, rate, len(v[1]), len(a[1])))
+    return out
 
 
 # ---------------------------------------------------------------------------------------
