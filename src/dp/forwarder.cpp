@@ -695,8 +695,9 @@ uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, u
   // Pass 1: for the leading plain frames (no offload asked, one segment, within the
   // receiver's limit), pop one one-buffer receive chain each and prefetch it for writing,
   // so that the lines the driver last touched arrive together, not one frame at a time.
-  // The first chain of another kind is un-popped (restore: nothing was pushed yet) and
-  // left to the frame-by-frame path below, as is every frame after it.
+  // A chain of another kind ends the pass and un-pops every chain it took (restore: nothing
+  // was pushed yet; one mark per batch, not per chain), leaving the whole batch to the
+  // frame-by-frame path below.
   OneBuffer rx[kTxqCap];
   uint32_t nrx = 0;
   {
@@ -704,15 +705,19 @@ uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, u
     // arena must have a chain's room (a spread frame's last delivery may have filled it).
     scratch_.clear();
     const uint32_t ready = rq->ready(cnt);  // split: the avail index read once
+    const auto start = rq->mark();
     while (nrx < ready) {
       const Slot& sl = frame(nrx);
       uint16_t fg;
       std::memcpy(&fg, &sl.hdr, sizeof fg);
       if (fg || sl.len > max_frame || sl.nsegs != 1) [[unlikely]] break;
-      const auto before = rq->mark();
       Chain ch;
-      if (rq->template pop_any<true>(scratch_, &ch, &rx[nrx]) != PopStatus::kOne) [[unlikely]] {
-        rq->restore(before);
+      const PopStatus st = rq->template pop_any<true>(scratch_, &ch, &rx[nrx]);
+      if (st != PopStatus::kOne) [[unlikely]] {
+        if (st != PopStatus::kEmpty) {  // (an empty packed ring took nothing)
+          rq->restore(start);
+          nrx = 0;
+        }
         break;
       }
       __builtin_prefetch(rx[nrx].ptr, 1);
