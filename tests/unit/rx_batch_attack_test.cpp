@@ -13,6 +13,7 @@
 
 #include "dp/fdb.h"
 #include "dp/forwarder.h"
+#include "fake_any_frontend.h"
 #include "fake_frontend.h"
 #include "fake_packed_driver.h"
 #include "port/vhost_port.h"
@@ -32,89 +33,8 @@ using virtio::bit;
 constexpr uint32_t kNum = test::kNum;
 constexpr uint64_t kNoRegionAddr = 0x7fff0000000ull;
 
-struct HFe {
-  test::FakeMemory fm;
-  bool packed;
-  std::vector<std::unique_ptr<FakeVring>> split;
-  std::vector<std::unique_ptr<FakePackedRing>> pk;
-  std::vector<UniqueFd> kick, call;
-  std::unique_ptr<RawPeer> peer;
-  std::function<bool()> pump;
-  explicit HFe(bool packed_) : packed(packed_) {
-    fm.add_memfd_region(0x0, 16 << 20);
-    for (uint32_t i = 0; i < 2; ++i) {
-      if (packed) pk.push_back(std::make_unique<FakePackedRing>(fm, kNum, 0));
-      else split.push_back(std::make_unique<FakeVring>(fm, kNum, 0));
-      kick.emplace_back(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-      call.emplace_back(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    }
-  }
-  template <typename T>
-  bool plain(Req r, const T& v, std::vector<int> fds = {}) {
-    EXPECT_TRUE(peer->send(static_cast<uint32_t>(r), vhost::kVersion, &v, sizeof v, std::move(fds)));
-    return pump();
-  }
-  uint64_t get_u64(Req r) {
-    EXPECT_TRUE(peer->send_empty(r));
-    EXPECT_TRUE(pump());
-    auto rep = peer->recv();
-    return rep ? rep->u64() : ~0ull;
-  }
-  void start(uint64_t drop_features) {
-    const uint64_t offered = get_u64(Req::kGetFeatures);
-    const uint64_t proto = get_u64(Req::kGetProtocolFeatures);
-    ASSERT_TRUE(plain(Req::kSetProtocolFeatures, proto));
-    ASSERT_TRUE(peer->send_empty(Req::kSetOwner));
-    ASSERT_TRUE(pump());
-    uint64_t f = offered & ~drop_features;
-    if (!packed) f &= ~bit(virtio::kFRingPacked);
-    ASSERT_TRUE(plain(Req::kSetFeatures, f));
-    const auto mt = test::mem_table(fm);
-    ASSERT_TRUE(peer->send(static_cast<uint32_t>(Req::kSetMemTable), vhost::kVersion, mt.data(),
-                           mt.size(), fm.fds()));
-    ASSERT_TRUE(pump());
-    for (uint32_t i = 0; i < 2; ++i) {
-      ASSERT_TRUE(plain(Req::kSetVringNum, VringState{i, kNum}));
-      if (packed) {
-        ASSERT_TRUE(plain(Req::kSetVringBase, VringState{i, virtio::kPackedInitialBase}));
-        const FakePackedRing& r = *pk[i];
-        ASSERT_TRUE(plain(Req::kSetVringAddr, VringAddr{i, 0, r.ring_uva(), r.device_event_uva(),
-                                                        r.driver_event_uva(), 0}));
-      } else {
-        ASSERT_TRUE(plain(Req::kSetVringBase, VringState{i, 0}));
-        const FakeVring& r = *split[i];
-        ASSERT_TRUE(plain(Req::kSetVringAddr,
-                          VringAddr{i, 0, r.desc_uva(), r.used_uva(), r.avail_uva(), 0}));
-      }
-      ASSERT_TRUE(plain(Req::kSetVringKick, uint64_t{i}, {kick[i].get()}));
-      ASSERT_TRUE(plain(Req::kSetVringCall, uint64_t{i}, {call[i].get()}));
-    }
-    for (uint32_t i = 0; i < 2; ++i) ASSERT_TRUE(plain(Req::kSetVringEnable, VringState{i, 1}));
-  }
-};
-
-bool connect(port::VhostPort& p, HFe& fe) {
-  UniqueFd ours, peer;
-  if (!test::make_socketpair(&ours, &peer)) return false;
-  p.backend_for_link().attach(std::move(ours));
-  fe.peer = std::make_unique<RawPeer>(std::move(peer));
-  port::VhostPort* pp = &p;
-  fe.pump = [pp] {
-    pp->on_event();
-    return pp->backend().connected();
-  };
-  return true;
-}
-
-std::vector<uint8_t> frame_tagged(uint32_t len, uint32_t tag) {
-  std::vector<uint8_t> f = test::make_frame(len, static_cast<uint8_t>(tag));
-  const uint8_t d[6] = {0x02, 0, 0, 0, 0, 2}, s[6] = {0x02, 0, 0, 0, 0, 1};
-  std::memcpy(f.data(), d, 6);
-  std::memcpy(f.data() + 6, s, 6);
-  f[14] = static_cast<uint8_t>(tag);
-  f[15] = static_cast<uint8_t>(tag >> 8);
-  return f;
-}
+using HFe = test::AnyRingFrontend;
+using test::frame_tagged;
 
 enum RxKind { kOne, kMulti, kIndirect, kBadNoRegion, kBadNoWrite, kBadZeroNoRegion, kHeadOor };
 
@@ -233,8 +153,8 @@ class RxBatch {
       c.mtu = 1500;
       c.tx_retry_us = tx_retry_us;
       ports.push_back(std::make_unique<port::VhostPort>(i, c, q.get()));
-      fes.push_back(std::make_unique<HFe>(i == 1 && packed));
-      EXPECT_TRUE(connect(*ports[i], *fes[i]));
+      fes.push_back(std::make_unique<HFe>(i == 1 && packed, 16u << 20));
+      EXPECT_TRUE(test::connect_any(*ports[i], *fes[i]));
       fes[i]->start(i == 1 && !mrg ? bit(virtio::kNetFMrgRxbuf) : 0);
       EXPECT_TRUE(ports[i]->active());
       tables.ports[i] = ports[i].get();

@@ -19,8 +19,7 @@
 
 #include "dp/fdb.h"
 #include "dp/forwarder.h"
-#include "fake_frontend.h"
-#include "fake_packed_driver.h"
+#include "fake_any_frontend.h"
 #include "port/vhost_port.h"
 
 namespace vl {
@@ -36,101 +35,16 @@ using vhost::VringState;
 using virtio::bit;
 
 constexpr uint32_t kNum = test::kNum;
-constexpr uint64_t kExtraGpa = 0x1000000;  // small adjacent regions: straddling buffers
-constexpr uint64_t kExtraSize = 0x10000;
+using test::kExtraGpa;
+using test::kExtraSize;
 constexpr uint32_t kExtraRegions = 5;  // 4 boundaries between them
 constexpr uint64_t kNoRegionAddr = 0x7fff0000000ull;
 
 uint64_t g_now = 1000000;
 uint64_t fake_now() { return g_now; }
 
-/// A front-end like test::Frontend, with packed rings or a feature mask, and extra regions.
-struct HFrontend {
-  test::FakeMemory fm;
-  bool packed;
-  std::vector<std::unique_ptr<FakeVring>> split;
-  std::vector<std::unique_ptr<FakePackedRing>> pk;
-  std::vector<UniqueFd> kick, call;
-  std::unique_ptr<RawPeer> peer;
-  std::function<bool()> pump;
-
-  HFrontend(bool packed_, bool extra) : packed(packed_) {
-    fm.add_memfd_region(0x0, 4 << 20);
-    if (extra)
-      for (uint32_t i = 0; i < kExtraRegions; ++i) fm.add_memfd_region(kExtraGpa + i * kExtraSize, kExtraSize);
-    for (uint32_t i = 0; i < 2; ++i) {
-      if (packed) pk.push_back(std::make_unique<FakePackedRing>(fm, kNum, 0));
-      else split.push_back(std::make_unique<FakeVring>(fm, kNum, 0));
-      kick.emplace_back(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-      call.emplace_back(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    }
-  }
-  template <typename T>
-  bool plain(Req r, const T& v, std::vector<int> fds = {}) {
-    EXPECT_TRUE(peer->send(static_cast<uint32_t>(r), vhost::kVersion, &v, sizeof v, std::move(fds)));
-    return pump();
-  }
-  uint64_t get_u64(Req r) {
-    EXPECT_TRUE(peer->send_empty(r));
-    EXPECT_TRUE(pump());
-    auto rep = peer->recv();
-    return rep ? rep->u64() : ~0ull;
-  }
-  void start(uint64_t drop_features) {
-    const uint64_t offered = get_u64(Req::kGetFeatures);
-    const uint64_t proto = get_u64(Req::kGetProtocolFeatures);
-    ASSERT_TRUE(plain(Req::kSetProtocolFeatures, proto));
-    ASSERT_TRUE(peer->send_empty(Req::kSetOwner));
-    ASSERT_TRUE(pump());
-    uint64_t f = offered & ~drop_features;
-    if (!packed) f &= ~bit(virtio::kFRingPacked);
-    ASSERT_TRUE(plain(Req::kSetFeatures, f));
-    const auto mt = test::mem_table(fm);
-    ASSERT_TRUE(peer->send(static_cast<uint32_t>(Req::kSetMemTable), vhost::kVersion, mt.data(),
-                           mt.size(), fm.fds()));
-    ASSERT_TRUE(pump());
-    for (uint32_t i = 0; i < 2; ++i) {
-      ASSERT_TRUE(plain(Req::kSetVringNum, VringState{i, kNum}));
-      if (packed) {
-        ASSERT_TRUE(plain(Req::kSetVringBase, VringState{i, virtio::kPackedInitialBase}));
-        const FakePackedRing& r = *pk[i];
-        ASSERT_TRUE(plain(Req::kSetVringAddr, VringAddr{i, 0, r.ring_uva(), r.device_event_uva(),
-                                                        r.driver_event_uva(), 0}));
-      } else {
-        ASSERT_TRUE(plain(Req::kSetVringBase, VringState{i, 0}));
-        const FakeVring& r = *split[i];
-        ASSERT_TRUE(plain(Req::kSetVringAddr,
-                          VringAddr{i, 0, r.desc_uva(), r.used_uva(), r.avail_uva(), 0}));
-      }
-      ASSERT_TRUE(plain(Req::kSetVringKick, uint64_t{i}, {kick[i].get()}));
-      ASSERT_TRUE(plain(Req::kSetVringCall, uint64_t{i}, {call[i].get()}));
-    }
-    for (uint32_t i = 0; i < 2; ++i) ASSERT_TRUE(plain(Req::kSetVringEnable, VringState{i, 1}));
-  }
-};
-
-inline bool connect(port::VhostPort& p, HFrontend& fe) {
-  UniqueFd ours, peer;
-  if (!test::make_socketpair(&ours, &peer)) return false;
-  p.backend_for_link().attach(std::move(ours));
-  fe.peer = std::make_unique<RawPeer>(std::move(peer));
-  port::VhostPort* pp = &p;
-  fe.pump = [pp] {
-    pp->on_event();
-    return pp->backend().connected();
-  };
-  return true;
-}
-
-std::vector<uint8_t> frame_tagged(uint32_t len, uint32_t tag) {
-  std::vector<uint8_t> f = test::make_frame(len, static_cast<uint8_t>(tag));
-  const uint8_t d[6] = {0x02, 0, 0, 0, 0, 2}, s[6] = {0x02, 0, 0, 0, 0, 1};
-  std::memcpy(f.data(), d, 6);
-  std::memcpy(f.data() + 6, s, 6);
-  f[14] = static_cast<uint8_t>(tag);
-  f[15] = static_cast<uint8_t>(tag >> 8);
-  return f;
-}
+using HFrontend = test::AnyRingFrontend;
+using test::frame_tagged;
 
 enum class Cls { kFwd, kInOrderDrop, kPopBad, kOor };
 enum Kind {
@@ -186,8 +100,8 @@ class TakeBurstAttack : public ::testing::Test {
       c.mtu = 1500;
       c.tx_retry_us = tx_retry_us;
       ports.push_back(std::make_unique<port::VhostPort>(i, c, q.get()));
-      fes.push_back(std::make_unique<HFrontend>(i == 0 && packed, i == 0));
-      ASSERT_TRUE(connect(*ports[i], *fes[i]));
+      fes.push_back(std::make_unique<HFrontend>(i == 0 && packed, 4u << 20, i == 0 ? kExtraRegions : 0));
+      ASSERT_TRUE(test::connect_any(*ports[i], *fes[i]));
       fes[i]->start(i == 0 ? drop_features : 0);
       ASSERT_TRUE(ports[i]->active());
       tables.ports[i] = ports[i].get();
