@@ -704,7 +704,8 @@ uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, u
     // A chain of another kind is popped into the scratch arena before it is un-popped: the
     // arena must have a chain's room (a spread frame's last delivery may have filled it).
     scratch_.clear();
-    const uint32_t ready = rq->ready(cnt);  // split: the avail index read once
+    // (cnt <= kTxqCap: a queue flush, a burst or a handed-off batch; bounded here for rx[].)
+    const uint32_t ready = rq->ready(std::min<uint32_t>(cnt, kTxqCap));  // split: avail idx once
     const auto start = rq->mark();
     while (nrx < ready) {
       const Slot& sl = frame(nrx);
