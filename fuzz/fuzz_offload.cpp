@@ -108,14 +108,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!mem.build(gm)) die("GuestMemory::build_unowned failed");
   DeviceQueue q;
   ring.attach(q, gm, rxf);
-  port::PortDp od;
-  od.nqp = 1;
-  od.qp[0].rxq = &q;
+  offload::RxCaps od;
   od.hdr_len = net_hdr_len(rxf);
   od.mrg_rxbuf = has(rxf, kNetFMrgRxbuf);
   od.features = rxf;
   od.max_frame = max_frame;
-  port::PortCounters oc;
+  offload::WorkCounters oc;
   Segment src{frame.data(), len};
   const offload::Outcome out = soft()->deliver(q, *scratch(), h, &src, 1, len, od, oc);
   q.publish_used();

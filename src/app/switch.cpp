@@ -281,8 +281,8 @@ control::Json Switch::stats() const {
     for (uint32_t d = 0; d < port::kNumDrops; ++d)
       drops[port::drop_name(static_cast<port::Drop>(d))] = c.drops[d];
     control::Json soft = control::Json::object();
-    for (uint32_t k = 0; k < port::kNumSoft; ++k)
-      soft[port::soft_name(static_cast<port::Soft>(k))] = c.soft[k];
+    for (uint32_t k = 0; k < offload::kNumWork; ++k)
+      soft[offload::work_name(static_cast<offload::Work>(k))] = c.offload_work[k];
     const uint64_t f = p.backend().features();
     ports.push_back({{"name", p.config().name},
                      {"type", p.config().mode == port::SocketMode::kServer ? "vhost-user"
@@ -443,7 +443,7 @@ control::Json Switch::ports_info() const {
                    {"messages", b.messages()},
                    {"mtu", b.mtu()},
                    {"mtu_config", p.config().mtu},
-                   {"max_frame", p.dp().max_frame},
+                   {"max_frame", p.dp().caps.max_frame},
                    {"features", hex(b.features())},
                    {"protocol_features", hex(b.protocol_features())},
                    {"mapped_bytes", b.memory() ? b.memory()->mapped_bytes() : 0},

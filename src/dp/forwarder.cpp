@@ -121,14 +121,13 @@ void Forwarder::flood(uint32_t in, uint16_t s) {
 }
 
 uint32_t Forwarder::poll(uint32_t in, uint32_t qi) {
-  port::VhostPort* p = t_->ports[in];
+  port::Port* p = t_->ports[in];
   if (!p->active()) return 0;
   const port::QueuePairDp& qp = p->dp().qp[qi];
   // The ring layout is chosen once per poll: the burst is a template, no virtual call or
   // layout test per packet.
-  if (qp.txq) return poll_ring(in, qi, qp.txq, qp.tx_shared);
-  if (qp.txq_packed) return poll_ring(in, qi, qp.txq_packed, qp.tx_shared);
-  return 0;
+  if (!qp.txq) return 0;
+  return qp.txq.visit([&](auto& q) { return poll_ring(in, qi, &q, qp.tx_shared); });
 }
 
 template <class Q>
@@ -146,7 +145,7 @@ void Forwarder::report_broken(uint32_t in) {
   VL_LOG_RL(spdlog::level::err,
             "port {}: transmit queue broken (avail index more than a queue ahead, or a chain "
             "over the whole ring); stopped",
-            t_->ports[in]->config().name);
+            t_->ports[in]->name());
 }
 
 // The steps of a busy poll. Their costs, in instructions per 64 B frame (xconnect, split
@@ -186,7 +185,7 @@ template <class Q>
   uint32_t k = 0;
   uint32_t taken = 0;
   uint64_t bytes = 0;
-  const bool hdr12 = d.hdr_len == sizeof(NetHdr);  // (locals: the pops' barriers reload members)
+  const bool hdr12 = d.caps.hdr_len == sizeof(NetHdr);  // (locals: the pops' barriers reload members)
   const uint32_t ready = q->ready(n);  // split: the avail index, read once per burst
   // One chain of the burst, in the order taken: its slot, its header read once and checked.
   auto take = [&](PopStatus st, const OneBuffer& b, Chain& ch) __attribute__((always_inline)) {
@@ -213,7 +212,7 @@ template <class Q>
     } else {
       if (one) take_one(arena_, &ch, b.head, b.ptr, b.len);
       TxFrame f;
-      if (split_tx_chain(arena_, ch, d.hdr_len, &f)) {
+      if (split_tx_chain(arena_, ch, d.caps.hdr_len, &f)) {
         sl.hdr = f.hdr;
         sl.segs = &arena_.segs[f.seg_begin];
         sl.nsegs = f.nsegs;
@@ -224,7 +223,7 @@ template <class Q>
       }
     }
     if (bad == Drop::kCount && !offload::plain_tx_header(&sl.hdr)) [[unlikely]] {
-      const auto v = offload::check_tx_header(&sl.hdr, sl.len, d.features);
+      const auto v = offload::check_tx_header(&sl.hdr, sl.len, d.caps.features);
       if (v != offload::TxCheck::kOk)
         bad = v == offload::TxCheck::kBadCsum ? Drop::kBadCsum : Drop::kBadGso;
     }
@@ -385,17 +384,15 @@ template <class Q>
     // Every queue this burst filled was delivered above: its chains go back in order.
     const port::QueuePairDp& qp = t_->ports[lean_in_]->dp().qp[lean_qi_];
     if (qp.txq) [[likely]] {
-      for (uint32_t i = 0; i < lean_n_; ++i) {
-        const uint16_t s = lean_list_[i];
-        qp.txq->push_used(pool_[s].head, 0);
-        free_[nfree_++] = s;
-      }
-    } else {
-      for (uint32_t i = 0; i < lean_n_; ++i) {
-        const uint16_t s = lean_list_[i];
-        if (qp.txq_packed) qp.txq_packed->push_used(pool_[s].head, 0, pool_[s].ring_descs);
-        free_[nfree_++] = s;
-      }
+      qp.txq.visit([&](auto& q) {
+        for (uint32_t i = 0; i < lean_n_; ++i) {
+          const uint16_t s = lean_list_[i];
+          q.push_used(pool_[s].head, 0, pool_[s].ring_descs);
+          free_[nfree_++] = s;
+        }
+      });
+    } else {  // the ring went away: the chains are gone with it
+      for (uint32_t i = 0; i < lean_n_; ++i) free_[nfree_++] = lean_list_[i];
     }
     lean_ = false;
     lean_n_ = 0;
@@ -463,19 +460,17 @@ void Forwarder::retire(uint32_t src) {
     const uint8_t sq = pool_[s].sq;
     const port::QueuePairDp& qp = d.qp[sq];
     qs |= 1u << sq;
-    if (qp.txq) [[likely]] {
+    auto run = [&](auto* q) {
       for (; s != kNoSlot && pool_[s].done && pool_[s].sq == sq; ++n) {
-        qp.txq->push_used(pool_[s].head, 0);
+        if (q) q->push_used(pool_[s].head, 0, pool_[s].ring_descs);
         free_[nfree_++] = s;
         s = pool_[s].next_src;
       }
-    } else {
-      for (; s != kNoSlot && pool_[s].done && pool_[s].sq == sq; ++n) {
-        if (qp.txq_packed) qp.txq_packed->push_used(pool_[s].head, 0, pool_[s].ring_descs);
-        free_[nfree_++] = s;
-        s = pool_[s].next_src;
-      }
-    }
+    };
+    if (qp.txq) [[likely]]
+      qp.txq.visit([&](auto& q) { run(&q); });
+    else  // the ring went away: the chains are gone with it
+      run(static_cast<virtio::DeviceQueue*>(nullptr));
   }
   live_from_[src] -= n;
   src_old_[src] = s;
@@ -495,8 +490,7 @@ void Forwarder::publish_senders() {
     const port::PortDp& d = t_->ports[p]->dp();
     for (uint32_t m = dirty_q_[p]; m; m &= m - 1) {
       const port::QueuePairDp& qp = d.qp[std::countr_zero(m)];
-      if (qp.txq) qp.txq->publish_used();
-      else if (qp.txq_packed) qp.txq_packed->publish_used();
+      qp.txq.publish_used();
     }
     dirty_q_[p] = 0;
   }
@@ -532,7 +526,7 @@ void Forwarder::note_kept(uint32_t o) {
 
 uint32_t Forwarder::send_slots(uint32_t o, const uint16_t* slots, uint32_t cnt,
                                uint64_t prev_check_ns, bool may_keep) {
-  port::VhostPort* op = t_->ports[o];
+  port::Port* op = t_->ports[o];
   const port::PortDp& od = op->dp();
   const port::PortDp::RxTargets& tg = od.rx_for[thread_];
   PortCounters::add(routed_[o], cnt);
@@ -582,10 +576,8 @@ uint32_t Forwarder::deliver_to(uint32_t o, uint32_t qi, Get&& frame, uint32_t n,
   uint32_t done = n;
   sh->enter(thread_);  // self-check: this thread is the queue's only writer (port.h)
   // The receive ring's layout is chosen once per batch.
-  if (qp.rxq && !qp.rxq->broken()) {
-    done = deliver_queue(o, qi, qp.rxq, frame, n, now, keep_ns);
-  } else if (qp.rxq_packed && !qp.rxq_packed->broken()) {
-    done = deliver_queue(o, qi, qp.rxq_packed, frame, n, now, keep_ns);
+  if (qp.rxq && !qp.rxq.broken()) {
+    done = qp.rxq.visit([&](auto& q) { return deliver_queue(o, qi, &q, frame, n, now, keep_ns); });
   } else {
     for (uint32_t j = 0; j < n; ++j) counters_[frame(j).src].drop(Drop::kNoDestination);
   }
@@ -604,7 +596,7 @@ void Forwarder::hand_off(uint32_t o, uint32_t via, uint32_t qi, uint32_t gen,
   // (offload/deliver.cpp): drop it here rather than copy up to half the ring for nothing,
   // which let a front-end sending oversized frames starve every other port's handoffs on
   // this pair of threads (hostile Handoff.test_07).
-  const uint32_t max_frame = t_->ports[o]->dp().max_frame;
+  const uint32_t max_frame = t_->ports[o]->dp().caps.max_frame;
   uint32_t sent = 0;
   for (uint32_t j = 0; j < n; ++j) {
     const Slot& sl = pool_[slots[j]];
@@ -666,7 +658,7 @@ uint32_t Forwarder::drain_handoffs() {
 void Forwarder::deliver_handed(const Handed* h, uint32_t n) {
   const uint32_t o = h[0].port;
   const uint32_t qi = h[0].queue;
-  port::VhostPort* op = o < t_->nports ? t_->ports[o] : nullptr;
+  port::Port* op = o < t_->nports ? t_->ports[o] : nullptr;
   const bool ok = op && op->active() && op->dp().gen == h[0].gen && qi < port::kMaxQueuePairs;
   if (!ok) [[unlikely]] {  // the port paused or changed its queues since: its writers may differ
     for (uint32_t j = 0; j < n; ++j) counters_[h[j].slot.src].drop(Drop::kNoDestination);
@@ -678,16 +670,16 @@ void Forwarder::deliver_handed(const Handed* h, uint32_t n) {
 template <class Q, class Get>
 uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, uint32_t cnt,
                                   uint64_t now, uint64_t keep_ns) {
-  port::VhostPort* op = t_->ports[o];
+  port::Port* op = t_->ports[o];
   const port::PortDp& od = op->dp();
   PortCounters& oc = counters_[o];
   port::QueueCounters& qc = qcounters_[o][qi];
   QueueAgeStats& age = age_[o];
   uint64_t sent = 0, bytes = 0, nobuf = 0;
   // The receiver's settings as locals (the pops' barriers would reload them every frame).
-  const uint32_t max_frame = od.max_frame;
-  const uint32_t hdr_len = od.hdr_len;
-  const bool mrg_rxbuf = od.mrg_rxbuf;
+  const uint32_t max_frame = od.caps.max_frame;
+  const uint32_t hdr_len = od.caps.hdr_len;
+  const bool mrg_rxbuf = od.caps.mrg_rxbuf;
   // Queue ages: frames of one burst share their time, so the histogram is updated once per
   // run of equal times (frames run_j..j), not once per frame.
   uint64_t run_t = frame(0).t_ns;
@@ -772,7 +764,7 @@ uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, u
         break;
       st = offload::map(ds);
     } else {
-      st = soft_.deliver(*rq, scratch_, sl.hdr, sl.segs, sl.nsegs, sl.len, od, oc);
+      st = offload_.deliver(*rq, scratch_, sl.hdr, sl.segs, sl.nsegs, sl.len, od.caps, oc.offload_work);
     }
     if (st == offload::Outcome::kOk) [[likely]] {
       ++sent;
@@ -791,7 +783,7 @@ uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, u
       VL_LOG_RL(spdlog::level::err,
                 "port {}: malformed receive chain or avail index; receive queue {} stopped "
                 "(pmd {}: {})",
-                op->config().name, qi, thread_, rq->state());
+                op->name(), qi, thread_, rq->state());
       j = cnt;  // all counted: none kept
       break;
     }

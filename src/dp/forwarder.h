@@ -45,7 +45,6 @@
 #include "dp/handoff.h"
 #include "offload/deliver.h"
 #include "port/port.h"
-#include "port/vhost_port.h"
 #include "virtio/net_copy.h"
 
 namespace vl::dp {
@@ -58,7 +57,7 @@ inline constexpr uint32_t kMaxBurst = 64;
 /// State shared by every PMD thread; set up before the threads start.
 struct SwitchTables {
   ForwardMode mode = ForwardMode::kBridge;
-  port::VhostPort* ports[port::kMaxPorts] = {};
+  port::Port* ports[port::kMaxPorts] = {};
   uint32_t nports = 0;
   uint32_t xc_peer[port::kMaxPorts];  ///< cross-connect partner, or kNoPeer
   Fdb* fdb = nullptr;
@@ -240,7 +239,7 @@ class Forwarder {
   uint32_t thread_;
   virtio::SegmentArena arena_;    // segments of the frames taken in this burst
   virtio::SegmentArena scratch_;  // segments of the receive buffers being filled
-  offload::SoftOffload soft_;     // offload metadata across ports; checksums, TSO in software
+  offload::SoftOffload offload_;  // offload metadata across ports; checksums, TSO in software
   Slot pool_[kPoolSlots];
   uint16_t free_[kPoolSlots];
   uint32_t nfree_ = 0;

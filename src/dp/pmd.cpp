@@ -10,11 +10,16 @@
 
 #include <fmt/format.h>
 
+#include "dp/rx_writers.h"
 #include "util/cpuset.h"
 #include "util/log.h"
 #include "util/stall_watchdog.h"
 
 namespace vl::dp {
+
+void PmdSet::assign_rx_writers(port::PortDp& d, uint32_t rotation) const {
+  dp::assign_rx_writers(d, static_cast<uint32_t>(threads_.size()), rotation);
+}
 
 const char* rxq_assign_name(RxqAssign a) {
   return a == RxqAssign::kCycles ? "cycles" : "roundrobin";
@@ -152,16 +157,16 @@ bool PmdThread::try_sleep() {
   bool pending = false;
   if (posted_gen_.load(std::memory_order_acquire) != seen_gen_) return false;  // new rxqs
   for (uint32_t i = 0; i < nrxqs_; ++i) {
-    port::VhostPort* vp = t_->ports[rxqs_[i].port];
+    port::Port* vp = t_->ports[rxqs_[i].port];
     if (!vp->active()) continue;
     const port::QueuePairDp& d = vp->dp().qp[rxqs_[i].queue];
-    if (!d.has_txq() || d.txq_broken()) continue;
+    if (!d.has_txq() || d.txq.broken()) continue;
     if (d.kickless) {  // nothing would wake us for this queue: keep polling
       pending = true;
       continue;
     }
-    d.txq_set_kicks(true);
-    if (d.txq_pending() != 0) pending = true;
+    d.txq.set_kicks(true);
+    if (d.txq.pending() != 0) pending = true;
   }
   if (pending || stop_.load(std::memory_order_relaxed)) return false;
   sleeping_.store(true, std::memory_order_seq_cst);
@@ -238,9 +243,9 @@ void PmdThread::run() {
       idle_since = 0;
       if (kicks_on) {  // while polling, the driver need not kick (saves it a syscall a burst)
         for (uint32_t i = 0; i < nrxqs_; ++i) {
-          port::VhostPort* vp = t_->ports[rxqs_[i].port];
+          port::Port* vp = t_->ports[rxqs_[i].port];
           const port::QueuePairDp& d = vp->dp().qp[rxqs_[i].queue];
-          if (vp->active() && d.has_txq() && !d.txq_broken()) d.txq_set_kicks(false);
+          if (vp->active() && d.has_txq() && !d.txq.broken()) d.txq.set_kicks(false);
         }
         kicks_on = false;
       }
@@ -413,7 +418,7 @@ void PmdSet::reassign(bool force) {
     std::string desc;
     for (size_t i = 0; i < n; ++i) {
       desc += fmt::format("{}pmd {}:", i ? "; " : "", i);
-      for (const RxqId& q : target[i]) desc += fmt::format(" {}/{}", tables_->ports[q.port]->config().name, q.queue);
+      for (const RxqId& q : target[i]) desc += fmt::format(" {}/{}", tables_->ports[q.port]->name(), q.queue);
     }
     VL_LOG_RL(spdlog::level::info, "rxq assignment ({}): {}", rxq_assign_name(opts_.rxq_assign), desc);
   }
@@ -488,7 +493,7 @@ uint32_t PmdSet::place_rx_writers() {
       routed_seen_[t][p] = r;
       if (delta[t] > delta[best]) best = t;
     }
-    port::VhostPort* vp = tables_->ports[p];
+    port::Port* vp = tables_->ports[p];
     if (!opts_.follow_writers || !vp->active() || vp->linked_away()) continue;
     const port::PortDp& d = vp->dp();
     if (!d.rx_ready || d.rx_ready >= n) continue;  // every thread writes its own queues
@@ -500,7 +505,7 @@ uint32_t PmdSet::place_rx_writers() {
     VL_LOG_RL(spdlog::level::info,
               "port {}: receive queue writer moved from pmd {} to pmd {} ({} of the {} frames "
               "routed to the port in the last second)",
-              vp->config().name, cur, best, delta[best], [&] {
+              vp->name(), cur, best, delta[best], [&] {
                 uint64_t s = 0;
                 for (uint32_t t = 0; t < n; ++t) s += delta[t];
                 return s;

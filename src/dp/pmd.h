@@ -220,7 +220,8 @@ class PmdSet final : public port::Quiescer {
   uint32_t place_rx_writers();
   uint64_t writer_moves() const { return writer_moves_; }
   void set_kick_fd(uint32_t port, uint32_t queue, int old_fd, int new_fd) override;
-  uint32_t num_threads() const override { return static_cast<uint32_t>(threads_.size()); }
+  /// dp/rx_writers.h for this set's threads.
+  void assign_rx_writers(port::PortDp& d, uint32_t rotation) const override;
 
  private:
   /// The rxqs that exist now (a ready guest transmit queue), in (port, queue) order.

@@ -12,8 +12,9 @@
 // take as they were. No allocation.
 #include <cstdint>
 
+#include "offload/rx_caps.h"
 #include "offload/soft_gso.h"
-#include "port/port.h"
+#include "offload/work_counters.h"
 #include "virtio/net_copy.h"
 
 namespace vl::offload {
@@ -41,23 +42,24 @@ inline Outcome map(virtio::DeliverStatus s) {
 class SoftOffload {
  public:
   /// Delivers the frame of `len` bytes at `src` (`nsrc` segments, sender's memory) whose
-  /// header `h` passed check_tx_header(), to the receive queue `rq` of port `od`. Counts
-  /// software work and passed-through TSO frames in `oc` (the receiver's counters).
+  /// header `h` passed check_tx_header(), to the receive queue `rq` of a port that
+  /// negotiated `caps`. Counts software work and passed-through TSO frames in `work` (the
+  /// receiver's counters).
   /// `Q`: virtio::DeviceQueue or PackedDeviceQueue (instantiated in deliver.cpp).
   template <class Q>
   Outcome deliver(Q& rq, virtio::SegmentArena& scratch, const virtio::NetHdr& h,
-                  const virtio::Segment* src, uint32_t nsrc, uint32_t len, const port::PortDp& od,
-                  port::PortCounters& oc);
+                  const virtio::Segment* src, uint32_t nsrc, uint32_t len, const RxCaps& caps,
+                  WorkCounters& work);
 
  private:
   template <class Q>
   Outcome pass_gso(Q& rq, virtio::SegmentArena& scratch, const virtio::NetHdr& h,
-                   const virtio::Segment* src, uint32_t nsrc, uint32_t len, const port::PortDp& od,
-                   port::PortCounters& oc);
+                   const virtio::Segment* src, uint32_t nsrc, uint32_t len, const RxCaps& caps,
+                   WorkCounters& work);
   template <class Q>
   Outcome soft_gso(Q& rq, virtio::SegmentArena& scratch, const virtio::NetHdr& h,
-                   const virtio::Segment* src, uint32_t nsrc, uint32_t len, const port::PortDp& od,
-                   port::PortCounters& oc);
+                   const virtio::Segment* src, uint32_t nsrc, uint32_t len, const RxCaps& caps,
+                   WorkCounters& work);
 
   alignas(64) uint8_t frame_[virtio::kMaxFrameLen + 64];
   alignas(64) uint8_t hdrs_[kMaxGsoHeaders + 8];

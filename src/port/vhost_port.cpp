@@ -49,7 +49,7 @@ uint64_t mono_s() {
 }  // namespace
 
 VhostPort::VhostPort(uint32_t id, VhostPortConfig cfg, Quiescer* q)
-    : id_(id), cfg_(std::move(cfg)), quiescer_(q), backend_(this, [&] {
+    : Port(id, cfg.name), cfg_(std::move(cfg)), quiescer_(q), backend_(this, [&] {
         auto o = vhost::BackendOptions::defaults();
         if (!cfg_.mrg_rxbuf) o.features &= ~bit(kNetFMrgRxbuf);
         if (!cfg_.offloads) o.features &= ~vhost::kOffloadFeatures;
@@ -239,10 +239,12 @@ void VhostPort::resume_datapath() {
     auto& rx = const_cast<vhost::Vring&>(backend_.vring(vhost::rx_vring(q)));
     auto& tx = const_cast<vhost::Vring&>(backend_.vring(vhost::tx_vring(q)));
     QueuePairDp& p = d.qp[q];
-    p.rxq = on && rx.ready && !rx.packed ? &rx.q : nullptr;
-    p.txq = on && tx.ready && !tx.packed ? &tx.q : nullptr;
-    p.rxq_packed = on && rx.ready && rx.packed ? &rx.pq : nullptr;
-    p.txq_packed = on && tx.ready && tx.packed ? &tx.pq : nullptr;
+    p.rxq = !(on && rx.ready) ? virtio::RingRef{}
+            : rx.packed      ? virtio::RingRef{&rx.pq}
+                             : virtio::RingRef{&rx.q};
+    p.txq = !(on && tx.ready) ? virtio::RingRef{}
+            : tx.packed      ? virtio::RingRef{&tx.pq}
+                             : virtio::RingRef{&tx.q};
     p.rx_shared = &shared_[2 * q];
     p.tx_shared = &shared_[2 * q + 1];
     p.kickless = p.has_txq() && !tx.kick.valid();
@@ -252,12 +254,12 @@ void VhostPort::resume_datapath() {
     d.qp[q].rx_shared = &shared_[2 * q];
     d.qp[q].tx_shared = &shared_[2 * q + 1];
   }
-  d.build_rx_targets(quiescer_->num_threads(), rx_rotation_);
+  quiescer_->assign_rx_writers(d, rx_rotation_);
   d.gen = ++dp_gen_;
-  d.hdr_len = net_hdr_len(backend_.features());
-  d.mrg_rxbuf = has(backend_.features(), kNetFMrgRxbuf);
-  d.features = backend_.features();
-  d.max_frame = max_frame();
+  d.caps.hdr_len = net_hdr_len(backend_.features());
+  d.caps.mrg_rxbuf = has(backend_.features(), kNetFMrgRxbuf);
+  d.caps.features = backend_.features();
+  d.caps.max_frame = max_frame();
   d.tx_retry_ns = uint64_t{cfg_.tx_retry_us} * 1000;
   dp_ = d;
   for (uint32_t q = 0; q < d.nqp; ++q) {

@@ -66,12 +66,11 @@ class LinkHooks {
   virtual void port_changing(uint32_t port) = 0;
 };
 
-class VhostPort final : public vhost::DeviceHost {
+class VhostPort final : public Port, public vhost::DeviceHost {
  public:
   VhostPort(uint32_t id, VhostPortConfig cfg, Quiescer* q);
   ~VhostPort() override;
 
-  uint32_t id() const { return id_; }
   const VhostPortConfig& config() const { return cfg_; }
 
   /// Server mode: creates the listening socket (replacing a stale socket file).
@@ -89,13 +88,11 @@ class VhostPort final : public vhost::DeviceHost {
   bool on_tick();
 
   /// "connected", "waiting" or "down" (INTERFACES.md).
-  const char* state() const;
+  const char* state() const override;
   const vhost::Backend& backend() const { return backend_; }
   uint64_t connects() const { return connects_; }
 
-  // ---- Datapath side ----
-  bool active() const { return active_.load(std::memory_order_acquire); }
-  const PortDp& dp() const { return dp_; }
+  // ---- Datapath side (Port: active(), dp()) ----
   /// Shared state (locks, self-checks) of queue pair q's guest receive / transmit queue.
   const QueueShared& rx_shared(uint32_t q) const { return shared_[2 * q]; }
   const QueueShared& tx_shared(uint32_t q) const { return shared_[2 * q + 1]; }
@@ -103,14 +100,13 @@ class VhostPort final : public vhost::DeviceHost {
   // ---- Direct links (app/links.h) ----
   void set_link_hooks(LinkHooks* h) { link_hooks_ = h; }
   /// Which PMD threads write this port's receive queues when it has fewer ready ones than
-  /// there are threads (PortDp::build_rx_targets `port`; default: the port's id). Set before
+  /// there are threads (dp/rx_writers.h `rotation`; default: the port's id). Set before
   /// the front-end connects.
   void set_rx_writer_rotation(uint32_t r) { rx_rotation_ = r; }
-  uint32_t rx_writer_rotation() const { return rx_rotation_; }
   /// Changes the rotation of a live port and rebuilds its datapath view (a pause and a
   /// resume: the PMD threads deliver what they hold first); its rings and memory do not
   /// change, so a direct link is not revoked. Control thread.
-  void move_rx_writers(uint32_t rotation) {
+  void move_rx_writers(uint32_t rotation) override {
     rx_rotation_ = rotation;
     ++no_link_hook_;  // rings and memory stay: no direct link to revoke
     pause_datapath();
@@ -129,7 +125,7 @@ class VhostPort final : public vhost::DeviceHost {
   /// While set (between pause_for_link and resume_for_link), the port is out of the
   /// switched path: no PMD thread polls or fills its rings; a direct-link peer serves them.
   void set_linked_away(bool on) { linked_away_ = on; }
-  bool linked_away() const { return linked_away_; }
+  bool linked_away() const override { return linked_away_; }
   vhost::Backend& backend_for_link() { return backend_; }
   /// A SEND_RARP arrived since the last call (vhost::Backend::take_rarp).
   bool take_rarp(uint8_t mac[6]) { return backend_.take_rarp(mac); }
@@ -145,17 +141,13 @@ class VhostPort final : public vhost::DeviceHost {
   bool try_connect();
   void drop_connection(const std::string& why);
 
-  uint32_t id_;
   VhostPortConfig cfg_;
   Quiescer* quiescer_;
   vhost::Backend backend_;
   UniqueFd listen_;
-  std::atomic<bool> active_{false};
-  PortDp dp_;
   int kick_fd_[kMaxQueuePairs];  ///< transmit queues' kick fds registered with PMD threads
   QueueShared shared_[2 * kMaxQueuePairs];
   uint32_t dp_gen_ = 0;  ///< PortDp::gen of the last rebuild
-  uint32_t rx_rotation_ = id_;  ///< see set_rx_writer_rotation()
   int pause_depth_ = 0;
   bool down_ = false;
   /// Seconds a port refuses connections after its front-end blocked the datapath.

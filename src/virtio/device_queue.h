@@ -15,106 +15,21 @@
 //    mapping.
 // The only state we write into guest memory is the used ring (and avail_event / used
 // flags), whose addresses were checked when the ring was set up.
-#include <sys/eventfd.h>
-
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <string>
 
 #include <fmt/format.h>
 
-#include "virtio/dirty_log.h"
-#include "virtio/guest_memory.h"
+#include "virtio/chain.h"
+#include "virtio/device_ring.h"
 #include "virtio/virtio_defs.h"
 
 namespace vl::virtio {
 
-inline void compiler_barrier() { asm volatile("" ::: "memory"); }
-
-/// A barrier on one local copy `v` of shared memory: the compiler must take `v` as changed
-/// here, so it cannot re-read the shared bytes in place of `v` (a double fetch). Unlike
-/// compiler_barrier(), values elsewhere in memory need not be reloaded after it.
-template <class T>
-inline void pin_copy(T& v) {
-  asm volatile("" : "+m"(v));
-}
-
-/// A piece of a buffer in our address space.
-struct Segment {
-  uint8_t* ptr;
-  uint32_t len;  ///< bytes
-};
-
-/// Segment storage for one burst: chains' segments are appended here, never allocated.
-struct SegmentArena {
-  /// Segments one chain may use (descriptors split at region edges count once per piece).
-  /// A longer chain is dropped as too big.
-  static constexpr uint32_t kMaxChainSegments = 4096;
-  static constexpr uint32_t kCapacity = 2 * kMaxChainSegments;
-  Segment segs[kCapacity];
-  uint32_t used = 0;
-  bool has_room_for_chain() const { return kCapacity - used >= kMaxChainSegments; }
-  void clear() { used = 0; }
-};
-
-/// One popped descriptor chain.
-struct Chain {
-  uint16_t head;       ///< split: head descriptor index; packed: buffer ID (what to return)
-  uint16_t ring_descs;  ///< packed: ring slots the chain took (pass to push_used); split: 1
-  uint32_t seg_begin;  ///< first segment in the arena
-  uint32_t nsegs;      ///< number of segments
-  uint32_t len;        ///< total bytes of its buffers
-  uint32_t ndesc;      ///< descriptors read to walk it (direct and indirect): its cost
-};
-
-/// The common chain, popped inline by both ring layouts: one descriptor (a local copy of
-/// its flags, addr and len) of the right direction, non-empty, in one region. Returns our
-/// pointer to its buffer, or nullptr when the chain needs the general walk (pop_walk(),
-/// which makes the same checks and more).
-template <bool kDeviceWrites>
-inline uint8_t* one_descriptor_buffer(const GuestMemory& mem, uint16_t flags, uint64_t addr,
-                                      uint32_t len) {
-  // Neither NEXT nor INDIRECT, and WRITE exactly when the device writes: one test.
-  constexpr uint16_t kMask = kDescFNext | kDescFIndirect | kDescFWrite;
-  constexpr uint16_t kWant = kDeviceWrites ? kDescFWrite : 0;
-  if ((flags & kMask) != kWant || len == 0) return nullptr;
-  return mem.translate_whole(addr, len);
-}
-
-/// A one-descriptor chain as pop_any() returns it, without touching the arena: our pointer
-/// to its buffer, its length in bytes, and what to return (split: the head index; packed:
-/// the buffer ID, one ring slot).
-struct OneBuffer {
-  uint8_t* ptr;
-  uint32_t len;
-  uint16_t head;
-};
-
-/// Records a one-descriptor chain (`head`, buffer `p` of `len` bytes) in `arena` and `*chain`.
-inline void take_one(SegmentArena& arena, Chain* chain, uint16_t head, uint8_t* p, uint32_t len) {
-  arena.segs[arena.used] = Segment{p, len};
-  chain->head = head;
-  chain->ring_descs = 1;
-  chain->seg_begin = arena.used;
-  chain->nsegs = 1;
-  chain->len = len;
-  chain->ndesc = 1;
-  arena.used += 1;
-}
-
-enum class PopStatus : uint8_t {
-  kOk,        ///< `*chain` is valid
-  kOne,       ///< pop_any() only: a one-descriptor chain, in `*one`; the arena is untouched
-  kEmpty,     ///< no new avail entry
-  kBadChain,  ///< malformed chain consumed; its head (if valid) was returned with len 0
-  kTooBig,    ///< more than kMaxChainSegments segments; consumed and returned with len 0
-  kBroken,    ///< the avail index is not plausible: the queue is now stopped
-};
-
 /// Device-side state of one split virtqueue. Configured by the control thread while the
 /// datapath is paused; used by one PMD thread at a time.
-class DeviceQueue {
+class DeviceQueue : public DeviceRingBase {
  public:
   /// Binds the queue to translated ring memory. `num` must be a power of two in
   /// [1, kMaxQueueSize]; `desc`, `avail`, `used` must be our pointers to whole rings
@@ -122,8 +37,7 @@ class DeviceQueue {
   /// (SET_VRING_BASE); the used index is taken from the ring as the driver left it.
   void attach(const GuestMemory* mem, uint32_t num, VringDesc* desc, VringAvail* avail,
               VringUsed* used, uint16_t base, uint64_t features) {
-    mem_ = mem;
-    num_ = num;
+    bind(mem, num, features);
     mask_ = num - 1;
     desc_ = desc;
     avail_ = avail;
@@ -132,16 +46,12 @@ class DeviceQueue {
     shadow_avail_ = base;
     last_used_ = __atomic_load_n(&used->idx, __ATOMIC_ACQUIRE);
     published_used_ = last_used_;
-    event_idx_ = has(features, kRingFEventIdx);
-    indirect_ = has(features, kRingFIndirectDesc);
-    broken_ = false;
   }
   void detach() {
-    mem_ = nullptr;
+    unbind();
     desc_ = nullptr;
     avail_ = nullptr;
     used_ = nullptr;
-    log_ = nullptr;
   }
   /// Live migration: while `log` is set (the front-end has VHOST_F_LOG_ALL), every write
   /// into the used ring (guest-physical `used_gpa`) is marked in it after it is made, once
@@ -151,13 +61,7 @@ class DeviceQueue {
     log_ = log;
     used_gpa_ = used_gpa;
   }
-  DirtyLog* dirty_log() const { return log_; }
-  const GuestMemory* memory() const { return mem_; }
   bool attached() const { return used_ != nullptr; }
-  bool broken() const { return broken_; }
-  /// Stops the queue for good (until attach() again): the driver broke the ring.
-  void mark_broken() { broken_ = true; }
-  uint32_t size() const { return num_; }
   uint16_t last_avail() const { return last_avail_; }
   uint16_t last_used() const { return last_used_; }
   /// The queue's positions for an error log line (cold path): ours and the driver's avail
@@ -170,9 +74,6 @@ class DeviceQueue {
                        last_avail_, last_used_, published_used_,
                        __atomic_load_n(&used_->idx, __ATOMIC_ACQUIRE));
   }
-  void set_call_fd(int fd) { call_fd_ = fd; }
-  int call_fd() const { return call_fd_; }
-
   /// New avail entries not yet popped, or -1 after marking the ring broken when the
   /// driver's index is more than the queue size ahead (hostile-inputs.md item 11).
   int pending() {
@@ -290,56 +191,12 @@ class DeviceQueue {
     }
   }
 
-  /// Writes the call eventfd. The front-end shares that fd's open file description, so
-  /// whatever the back-end set up, it can clear O_NONBLOCK and fill the counter (or hand us
-  /// a pipe it never reads): the write then blocks the PMD thread, and with it every port
-  /// that thread serves and every pause of the control thread. The PMD watchdog
-  /// (dp/pmd.cpp) interrupts a thread stuck that long with a signal, so the write fails
-  /// with EINTR; this queue then stops for good (no more writes to that fd). A
-  /// well-behaved front-end's write never blocks, so EINTR cannot happen to it; EAGAIN
-  /// (counter full, non-blocking) is ignored: the driver has a notification pending.
-  void signal() {
-    if (call_fd_ < 0) return;
-    if (eventfd_write(call_fd_, 1) != 0 && errno == EINTR) [[unlikely]] {
-      call_fd_ = -1;
-      broken_ = true;
-      __atomic_store_n(&call_blocked_, true, __ATOMIC_RELEASE);
-    }
-  }
-  /// A write to the call fd blocked until the watchdog interrupted it: proof of a hostile
-  /// front-end (the port drops the connection). Sticky: survives attach(), so re-setting
-  /// the ring does not clear it; only a new DeviceQueue (a new connection) does.
-  bool call_blocked() const { return __atomic_load_n(&call_blocked_, __ATOMIC_ACQUIRE); }
-
  private:
   /// Marks the used ring's flags/idx and the entries [from, to) (mod size) in the log.
   void log_used(uint16_t from, uint16_t to) {
     log_->mark(used_gpa_, 4);
-    const uint32_t n = static_cast<uint16_t>(to - from);
-    const uint32_t first = from & mask_;
-    const uint32_t k = n < num_ - first ? n : num_ - first;  // entries before the wrap
-    log_->mark(used_gpa_ + 4 + 8ull * first, 8ull * k);
-    if (n > k) log_->mark(used_gpa_ + 4, 8ull * (n - k));
-  }
-
-  /// Appends the buffer [addr, addr+len) to the arena, split at region edges.
-  bool add_buffer(SegmentArena& arena, uint32_t* nsegs, uint64_t addr, uint32_t len) {
-    if (len == 0) {  // item 8: the address must translate even for an empty buffer
-      uint64_t contig;
-      return mem_->translate(addr, 0, &contig) != nullptr;
-    }
-    uint64_t left = len;
-    do {
-      uint64_t contig = 0;
-      uint8_t* p = mem_->translate(addr, left, &contig);
-      if (!p) return false;
-      if (*nsegs >= SegmentArena::kMaxChainSegments) return false;
-      arena.segs[arena.used + *nsegs] = Segment{p, static_cast<uint32_t>(contig)};
-      ++*nsegs;
-      addr += contig;
-      left -= contig;
-    } while (left != 0);
-    return true;
+    mark_ring_entries(*log_, used_gpa_ + 4, sizeof(VringUsedElem), from & mask_,
+                      static_cast<uint16_t>(to - from), num_);
   }
 
   /// pop() past its first descriptor `d` (a local copy of head's): chains, indirect
@@ -353,22 +210,14 @@ class DeviceQueue {
     return why;
   }
 
-  const GuestMemory* mem_ = nullptr;
   VringDesc* desc_ = nullptr;
   VringAvail* avail_ = nullptr;
   VringUsed* used_ = nullptr;
-  uint32_t num_ = 0;
   uint32_t mask_ = 0;
   uint16_t last_avail_ = 0;
   uint16_t shadow_avail_ = 0;  ///< the driver's avail index as last read
   uint16_t last_used_ = 0;
   uint16_t published_used_ = 0;
-  bool event_idx_ = false;
-  bool indirect_ = false;
-  bool broken_ = false;
-  bool call_blocked_ = false;  ///< see call_blocked(); written by a PMD thread
-  int call_fd_ = -1;
-  DirtyLog* log_ = nullptr;  ///< see set_dirty_log()
   uint64_t used_gpa_ = 0;
 };
 
@@ -389,17 +238,6 @@ inline PopStatus DeviceQueue::pop_any(SegmentArena& arena, Chain* chain, OneBuff
   return pop_walk<kDeviceWrites>(arena, chain, head, d);
 }
 
-/// pop() of either ring layout from its pop_any(): a one-descriptor chain is recorded in
-/// the arena like any other.
-template <bool kDeviceWrites, class Q>
-inline PopStatus pop_via_arena(Q& q, SegmentArena& arena, Chain* chain) {
-  OneBuffer b{};  // (initialised for the compiler: written whenever kOne is returned)
-  const PopStatus st = q.template pop_any<kDeviceWrites>(arena, chain, &b);
-  if (st != PopStatus::kOne) return st;
-  take_one(arena, chain, b.head, b.ptr, b.len);
-  return PopStatus::kOk;
-}
-
 template <bool kDeviceWrites>
 inline PopStatus DeviceQueue::pop(SegmentArena& arena, Chain* chain) {
   return pop_via_arena<kDeviceWrites>(*this, arena, chain);
@@ -412,18 +250,13 @@ template <bool kDeviceWrites>
   uint32_t table_size = num_;
   uint32_t ttl = num_;  // a chain never has more descriptors than the queue size (item 10)
   bool in_indirect = false;
-  uint32_t nsegs = 0;
-  uint64_t total = 0;
-  bool too_big = false;
-  uint32_t ndesc = 0;
+  ChainWalk w;
 
   for (;;) {  // `d` holds a local copy of the next descriptor
-    ++ndesc;
+    ++w.ndesc;
     if (d.flags & kDescFIndirect) {
-      // virtio 1.2 §2.7.5.3: one indirect table per chain, not nested, length a multiple of 16
-      // and at most a queue's worth of descriptors (item 12).
-      if (in_indirect || !indirect_ || d.len == 0 || (d.len % sizeof(VringDesc)) != 0 ||
-          d.len / sizeof(VringDesc) > num_) [[unlikely]]
+      // virtio 1.2 §2.7.5.3: one indirect table per chain, not nested (item 12).
+      if (in_indirect || !indirect_ || !indirect_table_fits(d.len, num_)) [[unlikely]]
         return drop_chain(head, PopStatus::kBadChain);
       const auto* t = reinterpret_cast<const VringDesc*>(mem_->translate_whole(d.addr, d.len));
       if (!t) [[unlikely]]
@@ -438,30 +271,16 @@ template <bool kDeviceWrites>
     }
     if (static_cast<bool>(d.flags & kDescFWrite) != kDeviceWrites) [[unlikely]]
       return drop_chain(head, PopStatus::kBadChain);
-    if (!too_big) {
-      if (!add_buffer(arena, &nsegs, d.addr, d.len)) [[unlikely]] {
-        if (nsegs < SegmentArena::kMaxChainSegments) return drop_chain(head, PopStatus::kBadChain);
-        too_big = true;  // keep walking to validate the chain, stop collecting
-      }
-    } else {
-      uint64_t contig;
-      if (!mem_->translate(d.addr, d.len, &contig)) return drop_chain(head, PopStatus::kBadChain);
-    }
-    total += d.len;
+    if (!w.add(*mem_, arena, d.addr, d.len)) [[unlikely]]
+      return drop_chain(head, PopStatus::kBadChain);
     if (!(d.flags & kDescFNext)) break;
     if (--ttl == 0 || d.next >= table_size) [[unlikely]]
       return drop_chain(head, PopStatus::kBadChain);
     std::memcpy(&d, &table[d.next], sizeof d);
     compiler_barrier();
   }
-  if (too_big || total > 0xffffffffull) return drop_chain(head, PopStatus::kTooBig);
-  chain->head = head;
-  chain->ring_descs = 1;
-  chain->seg_begin = arena.used;
-  chain->nsegs = nsegs;
-  chain->len = static_cast<uint32_t>(total);
-  chain->ndesc = ndesc;
-  arena.used += nsegs;
+  if (!w.fits()) return drop_chain(head, PopStatus::kTooBig);
+  w.finish(arena, chain, head, 1);
   return PopStatus::kOk;
 }
 

@@ -9,8 +9,7 @@ bool PackedDriverQueue::init(DriverMemory& mem, uint32_t num, bool event_idx, st
     *err = fmt::format("queue size {} outside 1..{}", num, kMaxQueueSize);
     return false;
   }
-  mem_ = &mem;
-  num_ = num;
+  bind(mem, num, event_idx);
   ring_ = reinterpret_cast<PackedDesc*>(mem.alloc(packed_ring_bytes(num), 16));
   driver_event_ = reinterpret_cast<PackedEvent*>(mem.alloc(kPackedEventBytes, 4));
   device_event_ = reinterpret_cast<PackedEvent*>(mem.alloc(kPackedEventBytes, 4));
@@ -18,13 +17,10 @@ bool PackedDriverQueue::init(DriverMemory& mem, uint32_t num, bool event_idx, st
     *err = "driver memory too small for the packed ring";
     return false;
   }
-  event_idx_ = event_idx;
-  ids_.reset(num);
   next_avail_ = next_used_ = 0;
   avail_wrap_ = used_wrap_ = true;  // virtio 1.2 §2.8.1
   pending_ = 0;
   first_ = nullptr;
-  broken_ = false;
   return true;
 }
 

@@ -18,21 +18,18 @@
 // The device is a peer we talk to, not one we trust blindly: a used descriptor with a buffer
 // ID we did not post, or one written while nothing is in flight, stops the queue (broken())
 // instead of corrupting our state. Descriptors are read once into locals.
-#include <sys/eventfd.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "virtio/driver_buffer_ids.h"
-#include "virtio/driver_memory.h"
+#include "virtio/driver_ring.h"
 #include "virtio/virtio_defs.h"
 
 namespace vl::virtio {
 
-class PackedDriverQueue {
+class PackedDriverQueue : public DriverRingBase {
  public:
   /// Lays out a ring of `num` descriptors (1..32768; a packed ring need not be a power of
   /// two) in `mem`: the descriptor ring (16-byte aligned, §2.8.13) and the driver and device
@@ -40,7 +37,6 @@ class PackedDriverQueue {
   /// RING_EVENT_IDX feature was negotiated (descriptor-specific event suppression).
   bool init(DriverMemory& mem, uint32_t num, bool event_idx, std::string* err);
 
-  uint32_t size() const { return num_; }
   /// SET_VRING_ADDR for packed rings (vhost-user.rst): desc = the descriptor ring,
   /// avail = the driver event suppression area, used = the device event suppression area.
   uint64_t desc_uva() const { return mem_->uva(ring_); }
@@ -50,13 +46,6 @@ class PackedDriverQueue {
   /// virtqueues"): where the device resumes, the slot after the last one it used, in bits
   /// 0-14 and its wrap counter in bit 15 (slot 0, wrap 1 on a new ring).
   uint32_t vring_base() const { return uint32_t{next_used_} | uint32_t{used_wrap_} << 15; }
-  void set_kick_fd(int fd) { kick_fd_ = fd; }
-  void set_call_fd(int fd) { call_fd_ = fd; }
-  int call_fd() const { return call_fd_; }
-  bool broken() const { return broken_; }
-  uint32_t free_descs() const { return ids_.free_count(); }
-  /// Chains posted and not yet returned by the device.
-  uint32_t in_flight() const { return ids_.in_flight(); }
 
   /// Posts one buffer as a chain of one descriptor (not visible until publish()).
   /// `device_writes`: a receive buffer (VIRTQ_DESC_F_WRITE). Returns false when no
@@ -109,8 +98,7 @@ class PackedDriverQueue {
     } else {
       need = flags != kRingEventFlagsDisable;
     }
-    if (need) eventfd_write(kick_fd_, 1);
-    return need;
+    return kick_if(need);
   }
 
   /// Takes the next used descriptor (§2.8.1: AVAIL and USED both equal to our used wrap
@@ -193,23 +181,16 @@ class PackedDriverQueue {
            static_cast<bool>(f & kPackedDescFUsed) == used_wrap_;
   }
 
-  DriverMemory* mem_ = nullptr;
   PackedDesc* ring_ = nullptr;
   PackedEvent* driver_event_ = nullptr;  ///< written by us: may the device notify?
   PackedEvent* device_event_ = nullptr;  ///< written by the device: may we kick?
   PackedDesc* first_ = nullptr;          ///< the unpublished burst's first descriptor
   uint16_t first_flags_ = 0;
   uint16_t pending_ = 0;  ///< descriptors added since the last publish()
-  uint32_t num_ = 0;
   uint16_t next_avail_ = 0;
   bool avail_wrap_ = true;
   uint16_t next_used_ = 0;
   bool used_wrap_ = true;
-  bool event_idx_ = false;
-  bool broken_ = false;
-  int kick_fd_ = -1;
-  int call_fd_ = -1;
-  DriverBufferIds ids_;
 };
 
 }  // namespace vl::virtio

@@ -9,8 +9,7 @@ bool DriverQueue::init(DriverMemory& mem, uint32_t num, bool event_idx, std::str
     *err = fmt::format("queue size {} is not a power of two up to {}", num, kMaxQueueSize);
     return false;
   }
-  mem_ = &mem;
-  num_ = num;
+  bind(mem, num, event_idx);
   mask_ = num - 1;
   desc_ = reinterpret_cast<VringDesc*>(mem.alloc(desc_table_bytes(num), 16));
   avail_ = reinterpret_cast<VringAvail*>(mem.alloc(avail_ring_bytes(num), 2));
@@ -19,10 +18,7 @@ bool DriverQueue::init(DriverMemory& mem, uint32_t num, bool event_idx, std::str
     *err = "driver memory too small for the rings";
     return false;
   }
-  event_idx_ = event_idx;
-  ids_.reset(num);
   avail_idx_ = published_ = last_used_ = shadow_used_ = 0;
-  broken_ = false;
   return true;
 }
 

@@ -6,36 +6,25 @@
 //
 // The device is a peer we talk to, not one we trust blindly: a used id we did not post, or a
 // used index that runs ahead, stops the queue (broken()) instead of corrupting our state.
-#include <sys/eventfd.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "virtio/driver_buffer_ids.h"
-#include "virtio/driver_memory.h"
+#include "virtio/driver_ring.h"
 #include "virtio/virtio_defs.h"
 
 namespace vl::virtio {
 
-class DriverQueue {
+class DriverQueue : public DriverRingBase {
  public:
   /// Lays out a ring of `num` entries (a power of two <= 32768) in `mem`:
   /// descriptor table (16-byte aligned), avail ring, used ring (4096-byte aligned).
   bool init(DriverMemory& mem, uint32_t num, bool event_idx, std::string* err);
 
-  uint32_t size() const { return num_; }
   uint64_t desc_uva() const { return mem_->uva(desc_); }
   uint64_t avail_uva() const { return mem_->uva(avail_); }
   uint64_t used_uva() const { return mem_->uva(used_); }
-  void set_kick_fd(int fd) { kick_fd_ = fd; }
-  void set_call_fd(int fd) { call_fd_ = fd; }
-  int call_fd() const { return call_fd_; }
-  bool broken() const { return broken_; }
-  uint32_t free_descs() const { return ids_.free_count(); }
-  /// Chains posted and not yet returned by the device.
-  uint32_t in_flight() const { return ids_.in_flight(); }
   uint16_t avail_idx() const { return avail_idx_; }
   /// SET_VRING_BASE's num for this ring: where the device resumes (the next avail index it
   /// reads: everything before it was used; 0 on a new ring).
@@ -73,8 +62,7 @@ class DriverQueue {
     } else {
       need = !(__atomic_load_n(&used_->flags, __ATOMIC_RELAXED) & kUsedFNoNotify);
     }
-    if (need) eventfd_write(kick_fd_, 1);
-    return need;
+    return kick_if(need);
   }
 
   /// Takes the next used entry: its cookie and the bytes the device wrote.
@@ -128,21 +116,14 @@ class DriverQueue {
   }
 
  private:
-  DriverMemory* mem_ = nullptr;
   VringDesc* desc_ = nullptr;
   VringAvail* avail_ = nullptr;
   VringUsed* used_ = nullptr;
-  uint32_t num_ = 0;
   uint32_t mask_ = 0;
   uint16_t avail_idx_ = 0;
   uint16_t published_ = 0;
   uint16_t last_used_ = 0;
   uint16_t shadow_used_ = 0;
-  bool event_idx_ = false;
-  bool broken_ = false;
-  int kick_fd_ = -1;
-  int call_fd_ = -1;
-  DriverBufferIds ids_;
 };
 
 /// Fixed-size packet buffers in driver memory, handed out by index (the DriverQueue cookie).

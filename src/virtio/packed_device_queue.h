@@ -22,16 +22,15 @@
 // Used descriptors are written when publish_used() runs, not when pushed: the first one's
 // flags are stored last (release), so the driver sees a burst at once and chains can be
 // un-taken (restore()) until then.
-#include <sys/eventfd.h>
-
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 
-#include "virtio/device_queue.h"
-#include "virtio/dirty_log.h"
-#include "virtio/guest_memory.h"
+#include <fmt/format.h>
+
+#include "virtio/chain.h"
+#include "virtio/device_ring.h"
 #include "virtio/virtio_defs.h"
 
 namespace vl::virtio {
@@ -65,7 +64,7 @@ inline constexpr uint32_t kPackedInitialBase = 1u << 15;
 
 /// Device-side state of one packed virtqueue. Configured by the control thread while the
 /// datapath is paused; used by one PMD thread at a time.
-class PackedDeviceQueue {
+class PackedDeviceQueue : public DeviceRingBase {
  public:
   /// Binds the queue to translated ring memory. `num` in [1, kMaxQueueSize] (any value: a
   /// packed ring need not be a power of two); `ring` is our pointer to the whole descriptor
@@ -74,8 +73,7 @@ class PackedDeviceQueue {
   /// slot must be < num (the caller checks: packed_base_valid()).
   void attach(const GuestMemory* mem, uint32_t num, PackedDesc* ring, PackedEvent* driver_event,
               PackedEvent* device_event, uint32_t base, uint64_t features) {
-    mem_ = mem;
-    num_ = num;
+    bind(mem, num, features);
     ring_ = ring;
     driver_event_ = driver_event;
     device_event_ = device_event;
@@ -90,9 +88,6 @@ class PackedDeviceQueue {
     }
     nshadow_ = 0;
     in_flight_ = 0;
-    event_idx_ = has(features, kRingFEventIdx);
-    indirect_ = has(features, kRingFIndirectDesc);
-    broken_ = false;
   }
   static bool packed_base_valid(uint32_t base, uint32_t num) { return (base & 0x7fff) < num; }
   /// Live migration (see DeviceQueue::set_dirty_log): used descriptors written back into
@@ -103,19 +98,13 @@ class PackedDeviceQueue {
     ring_gpa_ = ring_gpa;
     device_event_gpa_ = device_event_gpa;
   }
-  DirtyLog* dirty_log() const { return log_; }
-  const GuestMemory* memory() const { return mem_; }
   void detach() {
-    log_ = nullptr;
-    mem_ = nullptr;
+    unbind();
     ring_ = nullptr;
     driver_event_ = nullptr;
     device_event_ = nullptr;
   }
   bool attached() const { return ring_ != nullptr; }
-  bool broken() const { return broken_; }
-  void mark_broken() { broken_ = true; }
-  uint32_t size() const { return num_; }
   /// The ring's position for GET_VRING_BASE (PackedRingState::encode()).
   uint32_t vring_base() const {
     return PackedRingState{last_avail_, avail_wrap_, used_pos_, used_wrap_}.encode();
@@ -129,9 +118,6 @@ class PackedDeviceQueue {
     return fmt::format("packed, size {}, next avail {} (wrap {}), next used {} (wrap {})", num_,
                        last_avail_, avail_wrap_, used_pos_, used_wrap_);
   }
-  void set_call_fd(int fd) { call_fd_ = fd; }
-  int call_fd() const { return call_fd_; }
-
   /// True if the descriptor at the next avail slot is available (virtio 1.2 §2.8.1: its
   /// AVAIL flag equals our avail wrap counter and its USED flag does not). False while the
   /// whole ring is in flight.
@@ -241,10 +227,7 @@ class PackedDeviceQueue {
     __atomic_store_n(&first->flags, first_flags, __ATOMIC_RELEASE);
     if (log_) [[unlikely]] {
       // Slots [old_pos, old_pos + slots) mod num_ were written.
-      const uint32_t n = slots < num_ ? slots : num_;
-      const uint32_t k = n < num_ - old_pos ? n : num_ - old_pos;
-      log_->mark(ring_gpa_ + 16ull * old_pos, 16ull * k);
-      if (n > k) log_->mark(ring_gpa_, 16ull * (n - k));
+      mark_ring_entries(*log_, ring_gpa_, sizeof(PackedDesc), old_pos, slots, num_);
     }
     used_pos_ = pos;
     used_wrap_ = wrap;
@@ -281,17 +264,6 @@ class PackedDeviceQueue {
     if (log_) [[unlikely]] log_->mark(device_event_gpa_, kPackedEventBytes);
   }
 
-  /// Writes the call eventfd; see DeviceQueue::signal() for why EINTR stops the queue.
-  void signal() {
-    if (call_fd_ < 0) return;
-    if (eventfd_write(call_fd_, 1) != 0 && errno == EINTR) [[unlikely]] {
-      call_fd_ = -1;
-      broken_ = true;
-      __atomic_store_n(&call_blocked_, true, __ATOMIC_RELEASE);
-    }
-  }
-  bool call_blocked() const { return __atomic_load_n(&call_blocked_, __ATOMIC_ACQUIRE); }
-
  private:
   struct UsedElem {
     uint16_t id;
@@ -303,37 +275,22 @@ class PackedDeviceQueue {
     return static_cast<bool>(f & kPackedDescFAvail) == avail_wrap_ &&
            static_cast<bool>(f & kPackedDescFUsed) != avail_wrap_;
   }
+  /// pop_walk()'s steps: one buffer of the chain (`in_table`: from an indirect table), and
+  /// an indirect descriptor's table (`slots`: ring slots the chain took so far). False: the
+  /// chain is malformed.
+  template <bool kDeviceWrites>
+  bool take_buffer(SegmentArena& arena, ChainWalk& w, const PackedDesc& d, bool in_table) const;
+  template <bool kDeviceWrites>
+  bool walk_indirect(SegmentArena& arena, ChainWalk& w, const PackedDesc& d, uint32_t slots) const;
   void next_slot(uint16_t* pos, bool* wrap) const {
     if (++*pos >= num_) {
       *pos = 0;
       *wrap = !*wrap;
     }
   }
-  /// Appends [addr, addr+len) to the arena split at region edges; see DeviceQueue.
-  bool add_buffer(SegmentArena& arena, uint32_t* nsegs, uint64_t addr, uint32_t len) const {
-    if (len == 0) {
-      uint64_t contig;
-      return mem_->translate(addr, 0, &contig) != nullptr;
-    }
-    uint64_t left = len;
-    do {
-      uint64_t contig = 0;
-      uint8_t* p = mem_->translate(addr, left, &contig);
-      if (!p) return false;
-      if (*nsegs >= SegmentArena::kMaxChainSegments) return false;
-      arena.segs[arena.used + *nsegs] = Segment{p, static_cast<uint32_t>(contig)};
-      ++*nsegs;
-      addr += contig;
-      left -= contig;
-    } while (left != 0);
-    return true;
-  }
-
-  const GuestMemory* mem_ = nullptr;
   PackedDesc* ring_ = nullptr;
   PackedEvent* driver_event_ = nullptr;  ///< written by the driver: may we notify?
   PackedEvent* device_event_ = nullptr;  ///< written by us: may the driver kick?
-  uint32_t num_ = 0;
   uint16_t last_avail_ = 0;  ///< next slot to take
   bool avail_wrap_ = true;
   uint16_t used_pos_ = 0;    ///< next slot to write a used descriptor to
@@ -342,12 +299,6 @@ class PackedDeviceQueue {
   std::unique_ptr<UsedElem[]> shadow_;
   uint32_t shadow_cap_ = 0;
   uint32_t nshadow_ = 0;
-  bool event_idx_ = false;
-  bool indirect_ = false;
-  bool broken_ = false;
-  bool call_blocked_ = false;
-  int call_fd_ = -1;
-  DirtyLog* log_ = nullptr;  ///< see set_dirty_log()
   uint64_t ring_gpa_ = 0;
   uint64_t device_event_gpa_ = 0;
 };
@@ -379,77 +330,21 @@ inline PopStatus PackedDeviceQueue::pop(SegmentArena& arena, Chain* chain) {
 template <bool kDeviceWrites>
 [[gnu::noinline]] PopStatus PackedDeviceQueue::pop_walk(SegmentArena& arena, Chain* chain,
                                                         PackedDesc d) {
-
   // Slots this chain may take: the driver cannot have made more available than are free.
   const uint32_t budget = num_ - in_flight_;
   uint16_t pos = last_avail_;
   bool wrap = avail_wrap_;
   uint32_t slots = 0;
-  uint32_t nsegs = 0;
-  uint64_t total = 0;
-  uint32_t ndesc = 0;
+  ChainWalk w;
   bool bad = false;
-  bool too_big = false;
-
-  auto take = [&](uint64_t addr, uint32_t len, uint16_t flags, bool in_table) {
-    if (bad) return;
-    // A device-writable buffer on a queue the device reads is refused in the ring, but read
-    // in an indirect table: DPDK's virtio PMD initialises its packed TX tables with WRITE on
-    // every entry (vring_desc_init_indirect_packed) and leaves it on the header entry, and
-    // reading a device-writable buffer is only discouraged (virtio 1.2 descriptor device
-    // requirements: SHOULD NOT).
-    // Writing to a driver-readable buffer is never done.
-    const bool writable = flags & kDescFWrite;
-    if (writable != kDeviceWrites && (kDeviceWrites || !in_table)) [[unlikely]] {
-      bad = true;
-      return;
-    }
-    if (!too_big) {
-      if (!add_buffer(arena, &nsegs, addr, len)) [[unlikely]] {
-        if (nsegs < SegmentArena::kMaxChainSegments) bad = true;
-        else too_big = true;  // keep validating, stop collecting
-      }
-    } else {
-      uint64_t contig;
-      if (!mem_->translate(addr, len, &contig)) bad = true;
-    }
-    total += len;
-  };
-
-  uint16_t id;
-  for (;;) {
+  for (;;) {  // `d` holds a local copy of the next descriptor
     ++slots;
-    ++ndesc;
-    if (d.flags & kDescFIndirect) {
-      // virtio 1.2 §2.8.7: an indirect descriptor is a chain of its own (no NEXT, not after
-      // other descriptors); its table holds len/16 descriptors, none of them indirect.
-      if (slots != 1 || (d.flags & kDescFNext) || !indirect_ || d.len == 0 ||
-          (d.len % sizeof(PackedDesc)) != 0 || d.len / sizeof(PackedDesc) > num_) [[unlikely]] {
-        bad = true;
-      } else {
-        const auto* t =
-            reinterpret_cast<const PackedDesc*>(mem_->translate_whole(d.addr, d.len));
-        if (!t) [[unlikely]] {
-          bad = true;
-        } else {
-          const uint32_t n = d.len / sizeof(PackedDesc);
-          for (uint32_t i = 0; i < n && !bad; ++i) {
-            PackedDesc e;
-            std::memcpy(&e, &t[i], sizeof e);
-            compiler_barrier();
-            ++ndesc;
-            if (e.flags & kDescFIndirect) [[unlikely]] bad = true;
-            else take(e.addr, e.len, e.flags, true);
-          }
-        }
-      }
-    } else {
-      take(d.addr, d.len, d.flags, false);
+    ++w.ndesc;
+    if (!bad) {
+      bad = (d.flags & kDescFIndirect) ? !walk_indirect<kDeviceWrites>(arena, w, d, slots)
+                                       : !take_buffer<kDeviceWrites>(arena, w, d, false);
     }
-    if (!(d.flags & kDescFNext)) {
-      id = d.id;
-      break;
-    }
+    if (!(d.flags & kDescFNext)) break;
     if (slots >= budget) [[unlikely]] {
       // A NEXT run longer than the free part of the ring: no chain ends there.
       broken_ = true;
@@ -464,22 +359,49 @@ template <bool kDeviceWrites>
   avail_wrap_ = wrap;
   in_flight_ += slots;
   const uint16_t ring_descs = static_cast<uint16_t>(slots);
-  if (bad) [[unlikely]] {
-    push_used(id, 0, ring_descs);
-    return PopStatus::kBadChain;
+  if (bad || !w.fits()) [[unlikely]] {  // returned under the last descriptor's buffer ID
+    push_used(d.id, 0, ring_descs);
+    return bad ? PopStatus::kBadChain : PopStatus::kTooBig;
   }
-  if (too_big || total > 0xffffffffull) [[unlikely]] {
-    push_used(id, 0, ring_descs);
-    return PopStatus::kTooBig;
-  }
-  chain->head = id;
-  chain->ring_descs = ring_descs;
-  chain->seg_begin = arena.used;
-  chain->nsegs = nsegs;
-  chain->len = static_cast<uint32_t>(total);
-  chain->ndesc = ndesc;
-  arena.used += nsegs;
+  w.finish(arena, chain, d.id, ring_descs);
   return PopStatus::kOk;
+}
+
+template <bool kDeviceWrites>
+inline bool PackedDeviceQueue::take_buffer(SegmentArena& arena, ChainWalk& w, const PackedDesc& d,
+                                           bool in_table) const {
+  // A device-writable buffer on a queue the device reads is refused in the ring, but read
+  // in an indirect table: DPDK's virtio PMD initialises its packed TX tables with WRITE on
+  // every entry (vring_desc_init_indirect_packed) and leaves it on the header entry, and
+  // reading a device-writable buffer is only discouraged (virtio 1.2 descriptor device
+  // requirements: SHOULD NOT). Writing to a driver-readable buffer is never done.
+  const bool writable = d.flags & kDescFWrite;
+  if (writable != kDeviceWrites && (kDeviceWrites || !in_table)) [[unlikely]]
+    return false;
+  return w.add(*mem_, arena, d.addr, d.len);
+}
+
+template <bool kDeviceWrites>
+bool PackedDeviceQueue::walk_indirect(SegmentArena& arena, ChainWalk& w, const PackedDesc& d,
+                                      uint32_t slots) const {
+  // virtio 1.2 §2.8.7: an indirect descriptor is a chain of its own (no NEXT, not after
+  // other descriptors); its table holds len/16 descriptors, none of them indirect.
+  if (slots != 1 || (d.flags & kDescFNext) || !indirect_ || !indirect_table_fits(d.len, num_))
+      [[unlikely]]
+    return false;
+  const auto* t = reinterpret_cast<const PackedDesc*>(mem_->translate_whole(d.addr, d.len));
+  if (!t) [[unlikely]]
+    return false;
+  const uint32_t n = d.len / sizeof(PackedDesc);
+  for (uint32_t i = 0; i < n; ++i) {
+    PackedDesc e;
+    std::memcpy(&e, &t[i], sizeof e);
+    compiler_barrier();
+    ++w.ndesc;
+    if ((e.flags & kDescFIndirect) || !take_buffer<kDeviceWrites>(arena, w, e, true)) [[unlikely]]
+      return false;
+  }
+  return true;
 }
 
 }  // namespace vl::virtio

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "dp/rx_writers.h"
 #include "fake_driver.h"
 #include "port/port.h"
 #include "port/vhost_port.h"
@@ -140,7 +141,9 @@ class FakeQuiescer : public port::Quiescer {
   void wait_quiescent() override {}
   void ports_changed() override {}
   void set_kick_fd(uint32_t, uint32_t, int, int) override {}
-  uint32_t num_threads() const override { return threads_; }
+  void assign_rx_writers(port::PortDp& d, uint32_t rotation) const override {
+    dp::assign_rx_writers(d, threads_, rotation);
+  }
 
  private:
   uint32_t threads_;

@@ -10,6 +10,7 @@
 #include <set>
 #include <vector>
 
+#include "dp/rx_writers.h"
 #include "dp/flow_hash.h"
 #include "dp/forwarder.h"
 #include "fake_driver.h"
@@ -157,8 +158,8 @@ TEST(RxTargets, EveryReadyQueueHasExactlyOneWriterAndOthersHandOffToIt) {
         port::PortDp d;
         d.nqp = 8;
         static virtio::DeviceQueue qs[8];
-        for (uint32_t q = 0; q < 8; ++q) d.qp[q].rxq = (mask >> q) & 1 ? &qs[q] : nullptr;
-        d.build_rx_targets(threads, port);
+        for (uint32_t q = 0; q < 8; ++q) d.qp[q].rxq = (mask >> q) & 1 ? virtio::RingRef{&qs[q]} : virtio::RingRef{};
+        dp::assign_rx_writers(d, threads, port);
         const uint32_t e = static_cast<uint32_t>(__builtin_popcount(mask));
         EXPECT_EQ(d.rx_ready, e);
         std::vector<int> writer(8, -1);
@@ -198,8 +199,8 @@ TEST(RxTargets, EveryReadyQueueHasExactlyOneWriterAndOthersHandOffToIt) {
       port::PortDp d;
       d.nqp = 1;
       static virtio::DeviceQueue q0;
-      d.qp[0].rxq = &q0;
-      d.build_rx_targets(threads, port);
+      d.qp[0].rxq = virtio::RingRef{&q0};
+      dp::assign_rx_writers(d, threads, port);
       for (uint32_t t = 0; t < threads; ++t)
         if (d.rx_for[t].via == port::PortDp::kDirect) ++per[t];
     }

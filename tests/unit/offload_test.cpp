@@ -447,16 +447,14 @@ class OffloadDeliverTest : public ::testing::Test {
     ASSERT_TRUE(fm.build(gm));
     rx->attach(rxq, gm, bit(kFVersion1) | bit(kRingFIndirectDesc));
   }
-  port::PortDp dp(uint64_t features) {
-    port::PortDp d;
-    d.nqp = 1;
-    d.qp[0].rxq = &rxq;
+  offload::RxCaps caps(uint64_t features) {
+    offload::RxCaps d;
     d.features = features | bit(kFVersion1) | bit(kNetFMrgRxbuf);
     d.hdr_len = 12;
     d.mrg_rxbuf = true;
     return d;
   }
-  Outcome deliver(const Bytes& f, const NetHdr& h, const port::PortDp& d) {
+  Outcome deliver(const Bytes& f, const NetHdr& h, const offload::RxCaps& d) {
     // The sender's frame in three pieces, as a guest's scatter list would be.
     const uint32_t n = static_cast<uint32_t>(f.size());
     src = f;
@@ -483,7 +481,7 @@ class OffloadDeliverTest : public ::testing::Test {
     }
     return out;
   }
-  uint64_t soft(port::Soft k) const { return counters.soft[static_cast<uint32_t>(k)].load(); }
+  uint64_t soft(offload::Work k) const { return counters.get(k); }
 
   test::FakeMemory fm;
   GuestMemory gm;
@@ -491,7 +489,7 @@ class OffloadDeliverTest : public ::testing::Test {
   DeviceQueue rxq;
   std::unique_ptr<SegmentArena> scratch = std::make_unique<SegmentArena>();
   std::unique_ptr<SoftOffload> so = std::make_unique<SoftOffload>();
-  port::PortCounters counters;
+  offload::WorkCounters counters;
   Bytes src;
 };
 
@@ -500,7 +498,7 @@ TEST_F(OffloadDeliverTest, TsoFrameSegmentedForAReceiverWithoutOffloads) {
   FrameSpec s{.tcp_options = kTcpOptions};
   const Bytes pl = payload_of(7000);
   const Built tso = build(s, pl, true);
-  ASSERT_EQ(deliver(tso.f, tso_hdr(false, 1448, tso.l4), dp(0)), Outcome::kOk);
+  ASSERT_EQ(deliver(tso.f, tso_hdr(false, 1448, tso.l4), caps(0)), Outcome::kOk);
   const auto got = received();
   const auto want = expected_segments(s, pl, 1448);
   ASSERT_EQ(got.size(), want.size());
@@ -510,8 +508,8 @@ TEST_F(OffloadDeliverTest, TsoFrameSegmentedForAReceiverWithoutOffloads) {
     EXPECT_EQ(got[i].first.num_buffers, 1);
     EXPECT_EQ(got[i].second, want[i]) << i;
   }
-  EXPECT_EQ(soft(port::Soft::kGsoFrames), 1u);
-  EXPECT_EQ(soft(port::Soft::kGsoSegments), want.size());
+  EXPECT_EQ(soft(offload::Work::kGsoFrames), 1u);
+  EXPECT_EQ(soft(offload::Work::kGsoSegments), want.size());
 }
 
 TEST_F(OffloadDeliverTest, TsoFramePassedWholeThroughMergeableBuffers) {
@@ -522,7 +520,7 @@ TEST_F(OffloadDeliverTest, TsoFramePassedWholeThroughMergeableBuffers) {
   const uint64_t f = bit(kNetFGuestCsum) | bit(kNetFGuestTso4) | bit(kNetFGuestTso6);
   NetHdr h = tso_hdr(true, 1428, tso.l4);
   h.hdr_len = 9;  // a hint we do not pass on: we describe the headers ourselves
-  ASSERT_EQ(deliver(tso.f, h, dp(f)), Outcome::kOk);
+  ASSERT_EQ(deliver(tso.f, h, caps(f)), Outcome::kOk);
   const auto got = received();
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].second, tso.f);
@@ -533,8 +531,8 @@ TEST_F(OffloadDeliverTest, TsoFramePassedWholeThroughMergeableBuffers) {
   EXPECT_EQ(got[0].first.csum_start, tso.l4);
   EXPECT_EQ(got[0].first.csum_offset, 16);
   EXPECT_GT(got[0].first.num_buffers, 29);
-  EXPECT_EQ(soft(port::Soft::kGsoPassed), 1u);
-  EXPECT_EQ(soft(port::Soft::kGsoFrames), 0u);
+  EXPECT_EQ(soft(offload::Work::kGsoPassed), 1u);
+  EXPECT_EQ(soft(offload::Work::kGsoFrames), 0u);
 }
 
 TEST_F(OffloadDeliverTest, EcnTsoToAReceiverWithoutGuestEcnIsSegmented) {
@@ -543,7 +541,7 @@ TEST_F(OffloadDeliverTest, EcnTsoToAReceiverWithoutGuestEcnIsSegmented) {
   const Bytes pl = payload_of(3000);
   const Built tso = build(s, pl, true);
   const uint64_t f = bit(kNetFGuestCsum) | bit(kNetFGuestTso4);
-  ASSERT_EQ(deliver(tso.f, tso_hdr(false, 1448, tso.l4, true), dp(f)), Outcome::kOk);
+  ASSERT_EQ(deliver(tso.f, tso_hdr(false, 1448, tso.l4, true), caps(f)), Outcome::kOk);
   auto got = received();
   const auto want = expected_segments(s, pl, 1448);
   ASSERT_EQ(got.size(), 3u);
@@ -567,8 +565,8 @@ TEST_F(OffloadDeliverTest, ChecksumFilledOrPassed) {
   h.flags = kNetHdrFNeedsCsum;
   h.csum_start = static_cast<uint16_t>(partial.l4);
   h.csum_offset = 6;
-  ASSERT_EQ(deliver(partial.f, h, dp(0)), Outcome::kOk);
-  ASSERT_EQ(deliver(partial.f, h, dp(bit(kNetFGuestCsum))), Outcome::kOk);
+  ASSERT_EQ(deliver(partial.f, h, caps(0)), Outcome::kOk);
+  ASSERT_EQ(deliver(partial.f, h, caps(bit(kNetFGuestCsum))), Outcome::kOk);
   const auto got = received();
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].first.flags, 0);
@@ -577,7 +575,7 @@ TEST_F(OffloadDeliverTest, ChecksumFilledOrPassed) {
   EXPECT_EQ(got[1].first.csum_start, partial.l4);
   EXPECT_EQ(got[1].first.csum_offset, 6);
   EXPECT_EQ(got[1].second, partial.f);  // passed on untouched
-  EXPECT_EQ(soft(port::Soft::kCsumFilled), 1u);
+  EXPECT_EQ(soft(offload::Work::kCsumFilled), 1u);
 }
 
 TEST_F(OffloadDeliverTest, Item16HostileTsoIsRefusedEitherWay) {
@@ -586,15 +584,15 @@ TEST_F(OffloadDeliverTest, Item16HostileTsoIsRefusedEitherWay) {
   Built tso = build(s, payload_of(3000), true);
   put16(tso.f, tso.l3 + 2, 60000);  // IP length past the frame
   const uint64_t f = bit(kNetFGuestCsum) | bit(kNetFGuestTso4);
-  EXPECT_EQ(deliver(tso.f, tso_hdr(false, 1448, tso.l4), dp(0)), Outcome::kBadGso);
-  EXPECT_EQ(deliver(tso.f, tso_hdr(false, 1448, tso.l4), dp(f)), Outcome::kBadGso);
+  EXPECT_EQ(deliver(tso.f, tso_hdr(false, 1448, tso.l4), caps(0)), Outcome::kBadGso);
+  EXPECT_EQ(deliver(tso.f, tso_hdr(false, 1448, tso.l4), caps(f)), Outcome::kBadGso);
   EXPECT_TRUE(received().empty());
 }
 
 TEST_F(OffloadDeliverTest, Item16SegmentsAboveTheReceiversMtuAreTooBig) {
   for (int i = 0; i < 4; ++i) rx->add_rx({2048});
   const Built tso = build(FrameSpec{}, payload_of(5000), true);
-  port::PortDp d = dp(0);
+  offload::RxCaps d = caps(0);
   d.max_frame = 1500 + 18;
   EXPECT_EQ(deliver(tso.f, tso_hdr(false, 4000, tso.l4), d), Outcome::kTooBig);
   EXPECT_EQ(deliver(tso.f, tso_hdr(false, 1460, tso.l4), d), Outcome::kOk);
@@ -609,7 +607,7 @@ TEST_F(OffloadDeliverTest, Item17PassedTsoFrameEndsWhereItsIpPacketEnds) {
   Bytes f = tso.f;
   f.resize(f.size() + 70000, 0x5a);
   const uint64_t feats = bit(kNetFGuestCsum) | bit(kNetFGuestTso4);
-  ASSERT_EQ(deliver(f, tso_hdr(false, 1448, tso.l4), dp(feats)), Outcome::kOk);
+  ASSERT_EQ(deliver(f, tso_hdr(false, 1448, tso.l4), caps(feats)), Outcome::kOk);
   const auto got = received();
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].second, tso.f);

@@ -166,8 +166,8 @@ class RxBatch {
     tables.fdb = fdb.get();
     tables.burst = 64;
     fw = std::make_unique<dp::Forwarder>(&tables, clock, 0);
-    max_frame = ports[1]->dp().max_frame;
-    EXPECT_EQ(ports[1]->dp().mrg_rxbuf, mrg);
+    max_frame = ports[1]->dp().caps.max_frame;
+    EXPECT_EQ(ports[1]->dp().caps.mrg_rxbuf, mrg);
   }
   test::FakeMemory& m1() { return fes[1]->fm; }
   FakeVring& stx() { return *fes[0]->split[1]; }

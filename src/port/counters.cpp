@@ -1,4 +1,4 @@
-#include "port/port.h"
+#include "port/counters.h"
 
 namespace vl::port {
 
@@ -14,17 +14,6 @@ const char* drop_name(Drop d) {
     case Drop::kBadGso: return "bad_gso";
     case Drop::kHandoffFull: return "handoff_full";
     case Drop::kCount: break;
-  }
-  return "unknown";
-}
-
-const char* soft_name(Soft s) {
-  switch (s) {
-    case Soft::kGsoPassed: return "gso_passed";
-    case Soft::kGsoFrames: return "sw_gso_frames";
-    case Soft::kGsoSegments: return "sw_gso_segments";
-    case Soft::kCsumFilled: return "sw_csum_filled";
-    case Soft::kCount: break;
   }
   return "unknown";
 }
