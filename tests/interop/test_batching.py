@@ -21,18 +21,16 @@ duplicates, reordering), one trial per `run` line of `gen --serve`.
                                      through every policy (all ports and one port): no loss,
                                      no duplicate, no reordering, counters balance
 
-    python3 tests/interop/test_batching.py --virtlink build/virtlink [-v] [Batching.test_...]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_batching.py --virtlink build/virtlink [-v] [Batching.test_...]
 """
 import json
 import os
 import socket
-import sys
 import threading
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vltest  # noqa: E402
+from vltestlib import vltest
 
 GEN_CPU = "0"  # the switch's PMD is on CPU 1
 

@@ -4,19 +4,19 @@ small search): it runs, prints its table, and writes bench JSON with every docum
 in every row (INTERFACES.md "Bench JSON"). Rates are not asserted (benchmarks are not
 tests; the machine is shared).
 
-    python3 tests/interop/test_bench.py --virtlink build/virtlink [-v]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_bench.py --virtlink build/virtlink [-v]
 """
 import json
 import os
 import subprocess
-import sys
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
-import vltest  # noqa: E402
-import report  # noqa: E402
+import report
+from vltestlib import vltest
+
+# `virtlink bench` as a user runs it: without ctest's PYTHONPATH, so bench/_pylib.py is what
+# finds vltestlib.
+BENCH_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
 class Bench(unittest.TestCase):
@@ -30,7 +30,7 @@ class Bench(unittest.TestCase):
                     "--no-plot", "--json", out]
             r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                stdin=subprocess.DEVNULL, timeout=vltest.WATCHDOG_S - 10,
-                               text=True)
+                               text=True, env=BENCH_ENV)
             vltest.log("bench stdout:\n" + r.stdout)
             self.assertEqual(r.returncode, 0, r.stderr[-4000:])
             self.assertIn("core plan:", r.stdout)
@@ -94,7 +94,7 @@ class Bench(unittest.TestCase):
                     "--repeat", "3", "--placement-wait", "1", "--no-plot", "--json", out]
             r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                stdin=subprocess.DEVNULL, timeout=vltest.WATCHDOG_S - 10,
-                               text=True)
+                               text=True, env=BENCH_ENV)
             vltest.log("bench stdout:\n" + r.stdout)
             self.assertEqual(r.returncode, 0, r.stderr[-4000:])
             self.assertRegex(r.stdout, r"NDR Mpps\s+PDR Mpps\s+spread")

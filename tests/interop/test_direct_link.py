@@ -25,18 +25,16 @@ vnf x serves the rings of vnf y's port 0, so only the first and last hop cross t
         the vnf's watchdog interrupts it within seconds (watchdog_interrupts >= 1), the vnf
         answers again and keeps forwarding the other direction.
 
-    python3 tests/interop/test_direct_link.py --virtlink build/virtlink [-v] [CASE]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_direct_link.py --virtlink build/virtlink [-v] [CASE]
 """
 import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vltest  # noqa: E402
+from vltestlib import vhost_peer, vltest
 
 GEN_CPU = "0"
 
@@ -118,10 +116,9 @@ def fd_count(pid):
 
 
 def hostile_guest(tb, port):
-    """A Python front-end on `port` (tests/hostile/hostile_peer.py Guest), negotiated."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "hostile"))
-    import hostile_peer  # noqa: E402
-    return hostile_peer, hostile_peer.Guest(tb.sock(port)).negotiate()
+    """A Python front-end on `port` (vltestlib.vhost_peer.Guest), negotiated; returns
+    (the vhost_peer module, the Guest)."""
+    return vhost_peer, vhost_peer.Guest(tb.sock(port)).negotiate()
 
 
 def wait_link_state(tb, a, b, state, timeout=10):

@@ -3,7 +3,7 @@
 server mode (the switch is the vhost-user client), front-ends killed mid-traffic, and the
 socket files' owner, group and mode.
 
-    python3 tests/interop/test_faults.py --virtlink build/virtlink -v [Faults.test_...]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_faults.py --virtlink build/virtlink -v [Faults.test_...]
 """
 import grp
 import os
@@ -16,9 +16,9 @@ import subprocess
 import time
 import unittest
 
-import vlguest
-import vltest
-from vltest import log
+from vltestlib import vlguest
+from vltestlib import vltest
+from vltestlib.vltest import log
 
 
 def memfd_maps(pid):

@@ -14,14 +14,11 @@ tx_packets, testpmd RX-bytes / RX-packets), counters are conserved, and nothing 
 except for want of receive buffers (no_rx_buffer: the receiver shares a CPU with the
 sender).
 
-    python3 tests/interop/test_frame_sizes.py --virtlink build/virtlink [-v]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_frame_sizes.py --virtlink build/virtlink [-v]
 """
-import os
-import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vltest  # noqa: E402
+from vltestlib import vltest
 
 
 def toml_two_ports(tb, mtu=None, forward="xconnect", extra_b=""):

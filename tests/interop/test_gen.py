@@ -13,17 +13,15 @@ never on wall-clock throughput.
   Gen.test_serve_trials        gen --serve: two trials over one connection (64 B, then
                                1518 B): each counts only its own frames.
 
-    python3 tests/interop/test_gen.py --virtlink build/virtlink [-v] [Gen.test_pacing_1mpps]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_gen.py --virtlink build/virtlink [-v] [Gen.test_pacing_1mpps]
 """
 import json
 import os
 import subprocess
-import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vltest  # noqa: E402
+from vltestlib import vltest
 
 GEN_CPU = "0"  # the switch's PMD (or testpmd's forwarding lcore) is on CPU 1
 

@@ -19,18 +19,16 @@ machine loses nothing (we assert zero loss).
                                          virtlink bridge, 2 PMD threads -> gen: no loss; the
                                          switch's per-queue counters split the stream by flow.
 
-    python3 tests/interop/test_gen_rings.py --virtlink build/virtlink [-v] [GenRings.test_...]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_gen_rings.py --virtlink build/virtlink [-v] [GenRings.test_...]
 """
 import json
 import os
 import re
 import subprocess
-import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vltest  # noqa: E402
-from test_gen import run_gen, GEN_CPU  # noqa: E402
+from vltestlib import vltest
+from test_gen import run_gen, GEN_CPU
 
 _STREAM = re.compile(r"Forward Stats for RX Port=\s*(\d+)/Queue=\s*(\d+) -> "
                      r"TX Port=\s*(\d+)/Queue=\s*(\d+)")

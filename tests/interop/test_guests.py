@@ -6,23 +6,20 @@ neighbour tables and uptime) and on the switch's counters, FDB, `ctl ports` and 
 never on rates or wall-clock throughput. The one timing bound is the brief's: after a
 switch restart, ping replies resume within 5 s of the new switch's ports being ready.
 
-    python3 tests/interop/test_guests.py --virtlink build/virtlink [-v] [Guests.test_bridge]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_guests.py --virtlink build/virtlink [-v] [Guests.test_bridge]
 
 Needs qemu-system-x86 and the guest image (scripts/guest/build-guest.sh; the ctest
 fixture guest_image builds it). Core plan: the switch's PMD thread on CPU 1, the QEMU
 processes unpinned (TCG keeps them busy, so they share both CPUs with the PMD).
 """
-import os
 import signal
-import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vltest  # noqa: E402
-import vlguest  # noqa: E402
-from vlguest import fmt_ping, parse_ping  # noqa: E402
-from vltest import log  # noqa: E402
+from vltestlib import vltest
+from vltestlib import vlguest
+from vltestlib.vlguest import fmt_ping, parse_ping
+from vltestlib.vltest import log
 
 MAC1 = "52:54:00:00:00:01"
 MAC2 = "52:54:00:00:00:02"

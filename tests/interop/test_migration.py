@@ -10,19 +10,17 @@ SEND_RARP when the guest negotiated it); the 10 MiB arrive in A with B's md5sum 
 virtlink wrote into A's receive buffers during the migration was marked dirty and sent
 again, or the TCP stream would be corrupt); virtlink's dirty-log counter of p1 moved.
 
-    python3 tests/interop/test_migration.py --virtlink build/virtlink -v
+    PYTHONPATH=pylib:bench python3 tests/interop/test_migration.py --virtlink build/virtlink -v
 """
 
 import json
 import os
 import socket
-import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vlguest  # noqa: E402
-from vltest import log  # noqa: E402
+from vltestlib import vlguest
+from vltestlib.vltest import log
 
 IP_A, IP_B = "10.0.0.1/24", "10.0.0.2/24"
 MAC_A, MAC_B = "52:54:00:00:00:0a", "52:54:00:00:00:0b"

@@ -19,16 +19,14 @@
       1 has CPU 1 to itself. Then `ctl pmd-rebalance` moves nothing needed and traffic still
       flows; `ctl pmd-stats` shows busy %, cycles per packet and the rxqs served.
 
-    python3 tests/interop/test_multiqueue.py --virtlink build/virtlink [-v] [MultiQueue.test_...]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_multiqueue.py --virtlink build/virtlink [-v] [MultiQueue.test_...]
 """
 import json
 import os
-import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vltest  # noqa: E402
+from vltestlib import vltest
 
 FRAME = 64
 

@@ -8,14 +8,11 @@
 In both cases nothing reaches the receiving testpmd, no other drop reason is counted, and
 the switch's counters are conserved (a.rx_packets == sum of drops).
 
-    python3 tests/interop/test_too_big.py --virtlink build/virtlink [-v]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_too_big.py --virtlink build/virtlink [-v]
 """
-import os
-import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vltest  # noqa: E402
+from vltestlib import vltest
 
 
 def toml(tb, mtu_a, b_lines):

@@ -8,14 +8,11 @@ xconnect mode. Counter conservation after the sender stops and the switch drains
 In bridge mode testpmd's txonly frames go to a fixed, never-learned destination MAC, so
 the bridge floods them to b (the only other port).
 
-    python3 tests/interop/test_txrx.py --virtlink build/virtlink [-v] [TxRx.test_bridge]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_txrx.py --virtlink build/virtlink [-v] [TxRx.test_bridge]
 """
-import os
-import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vltest  # noqa: E402
+from vltestlib import vltest
 
 FRAME = 64
 SRC_MAC = "02:00:00:00:00:0a"  # the sender's port MAC (virtio-user mac=)

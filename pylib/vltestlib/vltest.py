@@ -24,7 +24,8 @@ Core plan on the 2-core test machine: the switch's PMD thread on CPU 1, testpmd'
 forwarding lcore on CPU 0 (main lcore 1, which idles). Several testpmd processes then share
 CPU 0: that changes rates only, and the tests assert on counters.
 
-Run a test file directly:  python3 tests/interop/test_xxx.py --virtlink build/virtlink [-v]
+Run a test file directly (from the repository root):
+    PYTHONPATH=pylib:bench python3 tests/interop/test_xxx.py --virtlink build/virtlink [-v]
 Environment: VLTEST_KEEP=1 keeps the temporary directory (logs) for inspection.
 """
 
