@@ -629,6 +629,29 @@ def fmt_stats(stats):
 
 
 # ---------------------------------------------------------------------------------------
+# ctest registration
+
+def ctest(name, timeout, asan=False, qemu=False):
+    """Registers the decorated test method (or test class: the whole class is one entry) as
+    the ctest entry `name`, run as `python3 FILE --virtlink BIN --timeout W Class[.method]`.
+
+    `timeout`: ctest's TIMEOUT in s (doubled in a sanitizer build); the test's watchdog W is
+    10 s less (15 s with qemu), so it cleans up before ctest kills it. `asan`: also label
+    `asan` in a sanitizer build (scripts/test.sh runs `ctest -L "unit|asan"` there). `qemu`:
+    labels `interop;qemu` and the fixture `guest_image`. The other labels come from the
+    directory: `interop` (tests/interop), `hostile` (tests/hostile).
+
+    tests/ctest_cases.py reads these decorators at configure time (ast, without importing
+    the file), so the arguments must be literals. At run time the decorator only records
+    them (as `obj.ctest`).
+    """
+    def mark(obj):
+        obj.ctest = {"name": name, "timeout": timeout, "asan": asan, "qemu": qemu}
+        return obj
+    return mark
+
+
+# ---------------------------------------------------------------------------------------
 # Entry point
 
 def _on_sigterm(signum, frame):

@@ -21,6 +21,7 @@ BENCH_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 class Bench(unittest.TestCase):
 
+    @vltest.ctest("interop_bench_p2p_schema", timeout=120)
     def test_p2p_schema(self):
         with vltest.Testbed(self) as tb:
             out = os.path.join(tb.dir, "p2p.json")
@@ -82,6 +83,7 @@ class Bench(unittest.TestCase):
             if row["cycles_per_packet"] is not None:
                 self.assertIn("switch", row["cycles_per_packet"])
 
+    @vltest.ctest("interop_bench_p2p_repeat", timeout=120)
     def test_p2p_repeat_reports_median_and_spread(self):
         # --repeat 3: three searches per point; the row's NDR and PDR are the medians of the
         # runs it lists, with their spread ((max - min) / median), and the table has a spread

@@ -132,6 +132,7 @@ def wait_link_state(tb, a, b, state, timeout=10):
 
 class DirectLink(unittest.TestCase):
 
+    @vltest.ctest("interop_direct_chain3_intact", timeout=60, asan=True)
     def test_chain3_direct_intact(self):
         with vltest.Testbed(self) as tb:
             ports, vnfs, procs = start_chain(tb, 3)
@@ -187,6 +188,7 @@ class DirectLink(unittest.TestCase):
             self.assertEqual(st["b0"]["tx_packets"], fwd, vltest.fmt_stats(st))
             self.assertEqual(tb.ctl("links"), [])
 
+    @vltest.ctest("interop_direct_link_unlink_traffic", timeout=60, asan=True)
     def test_link_unlink_under_traffic(self):
         with vltest.Testbed(self) as tb:
             ports, vnfs, procs = start_chain(tb, 2)
@@ -230,6 +232,7 @@ class DirectLink(unittest.TestCase):
                 self.assertEqual(s["lost"], 0, s)
             self.assertGreater(tb.switch_stats()["b0"]["rx_packets"], before)
 
+    @vltest.ctest("interop_direct_isolation", timeout=60)
     def test_isolation_and_revocation(self):
         with vltest.Testbed(self) as tb:
             ports, vnfs, procs = start_chain(tb, 2)
@@ -260,6 +263,7 @@ class DirectLink(unittest.TestCase):
             for s in doc["streams"]:
                 self.assertEqual(s["duplicates"], 0, s)
 
+    @vltest.ctest("interop_direct_fallback", timeout=60)
     def test_fallback_no_capability(self):
         with vltest.Testbed(self) as tb:
             ports, vnfs, procs = start_chain(tb, 2, vnf_args=[["--no-direct-link"], []])
@@ -278,6 +282,7 @@ class DirectLink(unittest.TestCase):
             self.assertEqual(r["state"], "switched", r)
 
 
+    @vltest.ctest("interop_direct_peer_blocks_call", timeout=60)
     def test_peer_blocks_call_fd(self):
         with vltest.Testbed(self) as tb:
             ports, vnfs, procs = start_chain(tb, 1)

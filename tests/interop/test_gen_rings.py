@@ -65,6 +65,7 @@ class GenRings(unittest.TestCase):
                 self.assertEqual(s["reordered"], 0, s)
             self.assertEqual(s["out_of_range"], 0, s)
 
+    @vltest.ctest("interop_gen_packed_virtlink", timeout=60)
     def test_packed_through_virtlink(self):
         for forward in ("xconnect", "bridge"):
             with vltest.Testbed(self) as tb:
@@ -109,6 +110,7 @@ class GenRings(unittest.TestCase):
         vltest._wait(lambda: all(os.path.exists(s) for s in socks), 20, "net_vhost sockets")
         return tp, [("g0", "vhost-user-client:" + socks[0]), ("g1", "vhost-user-client:" + socks[1])]
 
+    @vltest.ctest("interop_gen_packed_testpmd", timeout=60)
     def test_packed_testpmd_io(self):
         with vltest.Testbed(self) as tb:
             tp, ports = self.start_testpmd_vhost(tb, 1)
@@ -122,6 +124,7 @@ class GenRings(unittest.TestCase):
             self.assertEqual(res["nic"][0]["RX-packets"], s0["tx"], res["nic"])
             self.assertEqual(res["nic"][1]["RX-packets"], s1["tx"], res["nic"])
 
+    @vltest.ctest("interop_gen_mq_testpmd", timeout=60)
     def test_mq_testpmd_io(self):
         with vltest.Testbed(self) as tb:
             tp, ports = self.start_testpmd_vhost(tb, 2)
@@ -142,6 +145,7 @@ class GenRings(unittest.TestCase):
                 self.assertEqual(per.get((port, 0), 0), s["tx"] // 2 + s["tx"] % 2, per)
 
 
+    @vltest.ctest("interop_gen_mq_virtlink", timeout=60)
     def test_mq_through_virtlink(self):
         """gen --queues 2, split then packed, through virtlink's bridge with 2 PMD threads:
         no loss, duplicate or corruption; the switch's per-queue counters: queue pair 0 took

@@ -42,6 +42,7 @@ class GuestMq(unittest.TestCase):
             return q1 is None or (not q1["rx_ready"] and not q1["tx_ready"])
         vltest._wait(ok, timeout, "vm1 queue 1 %s" % ("enabled" if on else "disabled"), 0.2)
 
+    @vltest.ctest("qemu_multiqueue_ethtool", timeout=150, qemu=True)
     def test_ethtool_combined(self):
         with vlguest.GuestTestbed(self) as tb:
             tb.start_switch(ports=["vm1", "s1", "s2"], forward="bridge")

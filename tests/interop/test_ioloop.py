@@ -19,6 +19,7 @@ WARMUP_S = 3.0
 
 class IoLoop(unittest.TestCase):
 
+    @vltest.ctest("interop_ioloop_xconnect", timeout=60, asan=True)
     def test_io_loop_xconnect(self):
         with vltest.Testbed(self) as tb:
             tb.start_switch(ports=["a", "b"], forward="xconnect")

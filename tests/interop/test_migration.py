@@ -19,7 +19,7 @@ import socket
 import time
 import unittest
 
-from vltestlib import vlguest
+from vltestlib import vlguest, vltest
 from vltestlib.vltest import log
 
 IP_A, IP_B = "10.0.0.1/24", "10.0.0.2/24"
@@ -123,6 +123,7 @@ class Migration(unittest.TestCase):
             time.sleep(0.1)
         return info
 
+    @vltest.ctest("qemu_migration", timeout=170, qemu=True)
     def test_migrate_under_traffic(self):
         with vlguest.GuestTestbed(self) as tb:
             a, b, a2, q1, q2, mig = self.start(tb)
@@ -187,6 +188,7 @@ class Migration(unittest.TestCase):
             self.assertGreater(dirty, 64, "receive buffers not marked in the dirty log")
             q2.close()
 
+    @vltest.ctest("qemu_migration_rarp", timeout=170, qemu=True)
     def test_migrate_send_rarp(self):
         """The guest without GUEST_ANNOUNCE (virtio-net guest_announce=off): QEMU announces
         it with SEND_RARP on the destination's connection, and the bridge learns its MAC on

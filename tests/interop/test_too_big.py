@@ -48,9 +48,11 @@ class TooBig(unittest.TestCase):
             self.assertEqual(rxres["nic"][0]["RX-packets"], 0)
             self.assertEqual(rxres["nic"][0]["RX-errors"], 0)
 
+    @vltest.ctest("interop_too_big_mtu1000", timeout=60, asan=True)
     def test_1518_to_mtu_1000(self):
         self.run_too_big(1518, ["--txpkts=1518"], "mtu = 1000", mtu_a=1500)
 
+    @vltest.ctest("interop_too_big_no_mergeable", timeout=60)
     def test_9000_without_mergeable_buffers(self):
         self.run_too_big(9000, ["--mbuf-size=2048", "--txpkts=2048,2048,2048,2048,808"],
                          "mtu = 9000\nmrg_rxbuf = false", mtu_a=9000,

@@ -71,9 +71,11 @@ class TxRx(unittest.TestCase):
                 for k in ("rx_packets", "tx_packets", "drops"):
                     self.assertEqual(after[n][k], st[n][k], "%s.%s after the peers left" % (n, k))
 
+    @vltest.ctest("interop_txrx_xconnect", timeout=60, asan=True)
     def test_xconnect(self):
         self.run_txrx("xconnect")
 
+    @vltest.ctest("interop_txrx_bridge", timeout=60)
     def test_bridge(self):
         self.run_txrx("bridge")
 

@@ -94,6 +94,7 @@ def delta(after, before, port, key):
 
 class VirtioPaths(unittest.TestCase):
 
+    @vltest.ctest("interop_virtio_paths", timeout=240)
     def test_matrix(self):
         # Two combinations at a time (ports a<->b and c<->d) so that one testpmd's start-up
         # overlaps the other's traffic.
