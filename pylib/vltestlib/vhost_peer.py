@@ -51,17 +51,21 @@ VERSION = 0x1
 F_REPLY = 1 << 2
 F_NEED_REPLY = 1 << 3
 NOFD = 1 << 8
+VRING_F_LOG = 1  # VHOST_VRING_F_LOG: SET_VRING_ADDR's log_guest_addr is valid
 
 # ---- feature bits ------------------------------------------------------------------------
 VIRTIO_NET_F_CSUM = 1 << 0
 VIRTIO_NET_F_MTU = 1 << 3
 VIRTIO_NET_F_HOST_TSO4 = 1 << 11
 VIRTIO_NET_F_MRG_RXBUF = 1 << 15
+VIRTIO_NET_F_MQ = 1 << 22
+VHOST_F_LOG_ALL = 1 << 26
 VIRTIO_RING_F_INDIRECT_DESC = 1 << 28
 VIRTIO_RING_F_EVENT_IDX = 1 << 29
 VHOST_USER_F_PROTOCOL_FEATURES = 1 << 30
 VIRTIO_F_VERSION_1 = 1 << 32
 PROTO_MQ = 1 << 0
+PROTO_LOG_SHMFD = 1 << 1
 PROTO_RARP = 1 << 2
 PROTO_REPLY_ACK = 1 << 3
 PROTO_MTU = 1 << 4
@@ -90,6 +94,11 @@ def eventfd(initval=0, nonblock=True):
 
 def mac(s):
     return bytes(int(x, 16) for x in s.split(":"))
+
+
+def mac_str(m):
+    """aa:bb:cc:dd:ee:ff as `ctl fdb` prints it."""
+    return ":".join("%02x" % b for b in m)
 
 
 def frame(dst, src, payload=b"", ethertype=0x88b5, size=64):
@@ -624,3 +633,133 @@ def ctl(path, cmd, timeout=5.0, args=None):
 # =========================================================================================
 # The harness: one switch (ASan build under ctest -L asan), two well-behaved front-ends on
 # ports a and b, hostile front-ends on the other ports.
+
+
+# ---- attack material: fds of other kinds, memory spanning regions, dirty logs, queue pairs
+def fresh_fd(kind):
+    """An fd of a given kind for fd-type attacks."""
+    if kind == "eventfd":
+        return eventfd()
+    if kind == "pipe":
+        r, w = os.pipe()
+        os.close(r)
+        return w
+    if kind == "devnull":
+        return os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+    if kind == "memfd":
+        fd = os.memfd_create("vhu-small", os.MFD_CLOEXEC)
+        os.ftruncate(fd, 4096)
+        return fd
+    raise ValueError(kind)
+
+
+def two_region_memory(size=1 << 20, gpa=0x40000000, uva0=0x7f1200000000, uva1=0x7f5600000000):
+    """Two memfds, contiguous in guest-physical space, far apart in front-end virtual space
+    (so never contiguous in the switch's mappings either)."""
+    return Memory([Region(size, gpa, uva0, name="vhu-r0"), Region(size, gpa + size, uva1, name="vhu-r1")])
+
+
+def span_write(mem, gpa, data):
+    while data:
+        r = mem._find(gpa, 1)
+        n = min(len(data), r.gpa + r.size - gpa)
+        mem.write(gpa, data[:n])
+        gpa, data = gpa + n, data[n:]
+
+
+def span_read(mem, gpa, n):
+    out = b""
+    while n:
+        r = mem._find(gpa, 1)
+        k = min(n, r.gpa + r.size - gpa)
+        out += mem.read(gpa, k)
+        gpa, n = gpa + k, n - k
+    return out
+
+
+def log_fd(size):
+    fd = os.memfd_create("vhu-log", os.MFD_CLOEXEC)
+    os.ftruncate(fd, size)
+    return fd
+
+
+LOG_PAGE = 4096
+
+
+def log_bytes_for(end):
+    """Bytes of dirty log covering guest-physical [0, end) (one bit per 4 KiB page)."""
+    return ((end + LOG_PAGE - 1) // LOG_PAGE + 7) // 8
+
+
+class DirtyLogFd:
+    """A dirty log as QEMU makes one: a memfd of `size` bytes at `offset`, with `slack`
+    bytes of guard after it whose contents must stay untouched."""
+
+    def __init__(self, size, offset=0, slack=4096, file_size=None):
+        self.size, self.offset = size, offset
+        self.fd = os.memfd_create("vhu-log", os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 2))
+        self.file_size = file_size if file_size is not None else offset + size + slack
+        os.ftruncate(self.fd, self.file_size)
+        self.mm = mmap.mmap(self.fd, self.file_size) if self.file_size else None
+
+    def payload(self, size=None, offset=None):
+        return struct.pack("<QQ", self.size if size is None else size,
+                           self.offset if offset is None else offset)
+
+    def bit(self, gpa):
+        page = gpa // LOG_PAGE
+        return bool(self.mm[self.offset + page // 8] >> (page % 8) & 1)
+
+    def outside_untouched(self):
+        """True if no byte before the log or after its end was written."""
+        return (not any(self.mm[:self.offset]) and
+                not any(self.mm[self.offset + self.size:self.file_size]))
+
+    def clear(self):
+        self.mm[self.offset:self.offset + self.size] = bytes(self.size)
+
+    def close(self):
+        if self.mm is not None:
+            self.mm.close()
+            self.mm = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def flow_frame(dst, src, tag, i):
+    """A frame of flow i (IPv4 ethertype; bytes 12-19 of the payload are the addresses the
+    flow hash reads, dp/flow_hash.h), tagged `tag` + i."""
+    body = (tag + struct.pack(">I", i)).ljust(12, b"\0") + struct.pack(">II", 0x0a000000 + i, 0x0a800000)
+    return frame(dst, src, body, ethertype=0x0800)
+
+
+def start_pair(g, q, num=64, enable=True, kick=True):
+    """Sets up queue pair q (vrings 2q, 2q+1) of an already negotiated Guest in its memory:
+    returns (RxQueue, TxQueue); each ring's call eventfd is its call_fd. kick: True an
+    eventfd, None the no-fd flag (the switch must poll), False no SET_VRING_KICK (the ring
+    never starts). The fds are closed with the Guest."""
+    rx, tx = RxQueue(g.mem, num), TxQueue(g.mem, num)
+    kicks = []
+    for i, ring in ((2 * q, rx), (2 * q + 1, tx)):
+        call, k = eventfd(), eventfd()
+        g.owned_fds += [call, k]
+        ring.call_fd = call
+        Guest.check(g.state(SET_VRING_NUM, i, num), "SET_VRING_NUM %d" % i)
+        Guest.check(g.state(SET_VRING_BASE, i, 0), "SET_VRING_BASE %d" % i)
+        Guest.check(g.request(SET_VRING_ADDR, ring.addr_msg(i)), "SET_VRING_ADDR %d" % i)
+        Guest.check(g.vring_fd(SET_VRING_CALL, i, call), "SET_VRING_CALL %d" % i)
+        if kick:
+            Guest.check(g.vring_fd(SET_VRING_KICK, i, k), "SET_VRING_KICK %d" % i)
+            ring.kick_fd = k
+        elif kick is None:  # polling: SET_VRING_KICK with the no-fd flag
+            Guest.check(g.vring_fd(SET_VRING_KICK, i, None), "SET_VRING_KICK %d" % i)
+        if enable:
+            Guest.check(g.state(SET_VRING_ENABLE, i, 1), "SET_VRING_ENABLE %d" % i)
+        kicks.append(k)
+    return rx, tx
+
+
+class BigRxQueue(RxQueue):
+    """A receive queue of 64 KiB buffers (a 64 KiB frame in one buffer)."""
+    BUF = 65536 + 64
