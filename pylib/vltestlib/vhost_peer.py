@@ -11,7 +11,9 @@ Guest.send, the Ring methods).
     g.tx.send_frame(vhost_peer.frame(dst, src, b"hi"))  # one frame, kicked
     frames = g.rx.take()                                # what the switch delivered
 
-The request codes and protocol feature bits mirror src/vhost/protocol.h. Users: the
+The request codes, protocol feature bits and header/vring flags mirror src/vhost/protocol.h
+(checked by tests/consistency/test_protocol_codes.py, ctest consistency_vhost_request_codes;
+it reads the request-code block below up to its first blank line). Users: the
 hostile-peer suite (tests/hostile), tests/interop/test_direct_link.py, bench/soak_bench.py.
 """
 import ctypes
