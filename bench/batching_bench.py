@@ -28,9 +28,10 @@ virtlink_bench.measure_point, shared with p2p/pvp.
 import copy
 import os
 
+import _pylib  # noqa: F401  (puts pylib/ on sys.path)
 import report
 import topologies
-import vltest
+from vltestlib import vltest
 
 POLICIES = ["immediate", "rx-batch", "interval=50", "budget=50"]
 OVS_FLUSH = [0, 50]

@@ -41,13 +41,11 @@ import sys
 import time
 import json
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "interop"))
-import vltest  # noqa: E402
-import report  # noqa: E402
-import topologies  # noqa: E402
-import virtlink_bench as vb  # noqa: E402
+import _pylib  # noqa: F401  (puts pylib/ on sys.path)
+import report
+import topologies
+import virtlink_bench as vb
+from vltestlib import vltest
 
 MODES = ["virtlink", "ovs-dpdk", "testpmd", "direct"]
 SWITCH_OF = {"virtlink": ("virtlink", "xconnect"), "direct": ("virtlink", "xconnect"),

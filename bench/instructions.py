@@ -38,7 +38,6 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
 
 # Phases: callgrind attributes every instruction to a "file:function" pair: the function
 # it was compiled into (an inlined function counts in its caller) and the source file of

@@ -12,8 +12,9 @@ import statistics
 import sys
 import time
 
+import _pylib  # noqa: F401  (puts pylib/ on sys.path)
 import topologies
-import vltest
+from vltestlib import vltest
 
 CORE_PLAN = ("switch under test (virtlink PMD thread, or testpmd's forwarding lcore) busy-polls "
              "on CPU 1; the traffic side (testpmd, two virtio-user ports, io forwarding) "

@@ -31,12 +31,9 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "interop"))
-import vltest  # noqa: E402
-import vlguest  # noqa: E402
-import report  # noqa: E402
+import _pylib  # noqa: F401  (puts pylib/ on sys.path)
+import report
+from vltestlib import vlguest, vltest
 
 MAC1, MAC2 = "52:54:00:00:00:01", "52:54:00:00:00:02"
 IP1, IP2 = "10.0.0.1/24", "10.0.0.2/24"

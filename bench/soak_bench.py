@@ -37,13 +37,10 @@ import sys
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "interop"))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "hostile"))
-import vltest  # noqa: E402
-import report  # noqa: E402
-import hostile_peer as hp  # noqa: E402
+import _pylib  # noqa: F401  (puts pylib/ on sys.path)
+import report
+from vltestlib import vhost_peer as hp
+from vltestlib import vltest
 
 CORE_PLAN = ("2 CPUs. The switch's PMD thread is pinned to CPU 1 in adaptive mode (polls "
              "while busy, sleeps after 200 us idle); `virtlink gen` (one thread, paced, "

@@ -23,17 +23,13 @@ import argparse
 import contextlib
 import os
 import subprocess
-import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "interop"))
-import vltest  # noqa: E402
-import vlguest  # noqa: E402
-import report  # noqa: E402
-import ping_bench  # noqa: E402
-from ping_bench import MAC1, MAC2, IP1, IP2, LinuxBridge, NetnsPair, log  # noqa: E402
+import _pylib  # noqa: F401  (puts pylib/ on sys.path)
+import ping_bench
+import report
+from ping_bench import MAC1, MAC2, IP1, IP2, LinuxBridge, NetnsPair, log
+from vltestlib import vlguest, vltest
 
 QEMU_OFFLOADS_OFF = ("csum=off,guest_csum=off,gso=off,host_tso4=off,host_tso6=off,"
                      "host_ecn=off,host_ufo=off,guest_tso4=off,guest_tso6=off,guest_ecn=off,"

@@ -1,7 +1,7 @@
 """Topologies for the RFC 2544 benches: the switch under test or an anchor switch, the VNFs
-and the traffic generator, each started through tests/interop/vltest.py (child processes
-with cleanup guarantees: SIGINT/SIGTERM then SIGKILL, PDEATHSIG, temporary directories and
-DPDK runtime directories removed).
+and the traffic generator, each started through vltestlib.vltest (pylib/vltestlib: child
+processes with cleanup guarantees: SIGINT/SIGTERM then SIGKILL, PDEATHSIG, temporary
+directories and DPDK runtime directories removed).
 
     with vltest.Testbed(None) as tb:
         topo = Topology(tb, "pvp", make_switch(tb, "virtlink", "xconnect"))
@@ -28,12 +28,10 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "interop"))
-import vltest  # noqa: E402
+import _pylib  # noqa: F401  (puts pylib/ on sys.path)
+from vltestlib import vltest
 
 SWITCH_CPU = 1
 GEN_CPU = 0

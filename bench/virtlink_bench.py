@@ -52,14 +52,12 @@ import statistics
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "interop"))
-import vltest  # noqa: E402  (process management shared with the interop tests)
-import report  # noqa: E402
-import rfc2544  # noqa: E402
-import topologies  # noqa: E402
-import loopback_testpmd  # noqa: E402
+import _pylib  # noqa: F401  (puts pylib/ on sys.path)
+import loopback_testpmd
+import report
+import rfc2544
+import topologies
+from vltestlib import vltest  # process management shared with the interop tests
 
 ALL_SIZES = "64,128,256,512,1024,1280,1518"
 DEFAULT_SWITCHES = {

@@ -16,8 +16,10 @@ a = ap.parse_args()
 want = os.path.join(ROOT, "build", "virtlink")
 if os.path.realpath(want) != os.path.realpath(a.virtlink):
     sys.exit("test_instructions: the recipe runs build/virtlink; run it from the release build")
+# As printed: from the repository root, without ctest's PYTHONPATH.
+env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 r = subprocess.run([sys.executable, "bench/instructions.py", "--virtlink", "build/virtlink"],
-                   cwd=ROOT, capture_output=True, text=True, timeout=110)
+                   cwd=ROOT, capture_output=True, text=True, timeout=110, env=env)
 print(r.stdout)
 print(r.stderr, file=sys.stderr)
 if r.returncode != 0:

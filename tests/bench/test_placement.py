@@ -3,18 +3,13 @@
 bench/topologies.py): which runs a figure comes from, which ratios stand (no processes,
 no traffic).
 
-    python3 tests/bench/test_placement.py -v
+    PYTHONPATH=pylib:bench python3 tests/bench/test_placement.py -v
 """
-import os
-import sys
 import types
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
-sys.path.insert(0, os.path.join(HERE, "..", "interop"))
-import topologies  # noqa: E402
-import virtlink_bench as vb  # noqa: E402
+import topologies
+import virtlink_bench as vb
 
 CONFIGS = [("virtlink", "xconnect"), ("virtlink", "bridge"), ("testpmd", "io")]
 HZ = 2445e6

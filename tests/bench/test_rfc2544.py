@@ -2,16 +2,13 @@
 """Unit tests of bench/rfc2544.py's NDR/PDR search against simulated devices with known
 loss curves (no processes, no traffic).
 
-    python3 tests/bench/test_rfc2544.py -v
+    PYTHONPATH=pylib:bench python3 tests/bench/test_rfc2544.py -v
 """
 import math
-import os
 import random
-import sys
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-import rfc2544  # noqa: E402
+import rfc2544
 
 
 def capacity_device(cap):

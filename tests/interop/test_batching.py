@@ -21,18 +21,16 @@ duplicates, reordering), one trial per `run` line of `gen --serve`.
                                      through every policy (all ports and one port): no loss,
                                      no duplicate, no reordering, counters balance
 
-    python3 tests/interop/test_batching.py --virtlink build/virtlink [-v] [Batching.test_...]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_batching.py --virtlink build/virtlink [-v] [Batching.test_...]
 """
 import json
 import os
 import socket
-import sys
 import threading
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vltest  # noqa: E402
+from vltestlib import vltest
 
 GEN_CPU = "0"  # the switch's PMD is on CPU 1
 
@@ -136,17 +134,21 @@ class Batching(unittest.TestCase):
                 pmd = tb.ctl("pmd-stats")
                 self.assertGreater(sum(t["sleeps"] for t in pmd), 0, pmd)
 
+    @vltest.ctest("interop_batching_policies_poll", timeout=60, asan=True)
     def test_policies_poll(self):
         self.policies("poll", ["immediate", "rx-batch", "interval=2000", "budget=2000"])
 
+    @vltest.ctest("interop_batching_policies_interrupt", timeout=60)
     def test_policies_interrupt(self):
         self.policies("interrupt", ["immediate", "rx-batch", "interval=2000", "budget=2000",
                                     "interval=1000000", "budget=1000000"])
 
+    @vltest.ctest("interop_batching_policies_adaptive", timeout=60)
     def test_policies_adaptive(self):
         self.policies("adaptive", ["immediate", "rx-batch", "interval=2000", "budget=2000",
                                    "interval=1000000", "budget=1000000"])
 
+    @vltest.ctest("interop_batching_interval_queue_age", timeout=60)
     def test_interval_queue_age(self):
         us = 300
         with vltest.Testbed(self) as tb:
@@ -169,6 +171,7 @@ class Batching(unittest.TestCase):
                 # Frames were held (about US: one frame every 500 us, each waits US).
                 self.assertGreaterEqual(p["queue_age_max_ns"], us * 1000 // 2, p)
 
+    @vltest.ctest("interop_batching_runtime_change", timeout=60, asan=True)
     def test_runtime_change(self):
         with vltest.Testbed(self) as tb:
             tb.start_switch(ports=["a", "b"], forward="bridge", extra=["--pmd-mode", "poll"])

@@ -4,23 +4,24 @@ small search): it runs, prints its table, and writes bench JSON with every docum
 in every row (INTERFACES.md "Bench JSON"). Rates are not asserted (benchmarks are not
 tests; the machine is shared).
 
-    python3 tests/interop/test_bench.py --virtlink build/virtlink [-v]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_bench.py --virtlink build/virtlink [-v]
 """
 import json
 import os
 import subprocess
-import sys
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
-import vltest  # noqa: E402
-import report  # noqa: E402
+import report
+from vltestlib import vltest
+
+# `virtlink bench` as a user runs it: without ctest's PYTHONPATH, so bench/_pylib.py is what
+# finds vltestlib.
+BENCH_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
 class Bench(unittest.TestCase):
 
+    @vltest.ctest("interop_bench_p2p_schema", timeout=120)
     def test_p2p_schema(self):
         with vltest.Testbed(self) as tb:
             out = os.path.join(tb.dir, "p2p.json")
@@ -30,7 +31,7 @@ class Bench(unittest.TestCase):
                     "--no-plot", "--json", out]
             r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                stdin=subprocess.DEVNULL, timeout=vltest.WATCHDOG_S - 10,
-                               text=True)
+                               text=True, env=BENCH_ENV)
             vltest.log("bench stdout:\n" + r.stdout)
             self.assertEqual(r.returncode, 0, r.stderr[-4000:])
             self.assertIn("core plan:", r.stdout)
@@ -82,6 +83,7 @@ class Bench(unittest.TestCase):
             if row["cycles_per_packet"] is not None:
                 self.assertIn("switch", row["cycles_per_packet"])
 
+    @vltest.ctest("interop_bench_p2p_repeat", timeout=120)
     def test_p2p_repeat_reports_median_and_spread(self):
         # --repeat 3: three searches per point; the row's NDR and PDR are the medians of the
         # runs it lists, with their spread ((max - min) / median), and the table has a spread
@@ -94,7 +96,7 @@ class Bench(unittest.TestCase):
                     "--repeat", "3", "--placement-wait", "1", "--no-plot", "--json", out]
             r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                stdin=subprocess.DEVNULL, timeout=vltest.WATCHDOG_S - 10,
-                               text=True)
+                               text=True, env=BENCH_ENV)
             vltest.log("bench stdout:\n" + r.stdout)
             self.assertEqual(r.returncode, 0, r.stderr[-4000:])
             self.assertRegex(r.stdout, r"NDR Mpps\s+PDR Mpps\s+spread")

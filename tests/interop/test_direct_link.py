@@ -25,18 +25,16 @@ vnf x serves the rings of vnf y's port 0, so only the first and last hop cross t
         the vnf's watchdog interrupts it within seconds (watchdog_interrupts >= 1), the vnf
         answers again and keeps forwarding the other direction.
 
-    python3 tests/interop/test_direct_link.py --virtlink build/virtlink [-v] [CASE]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_direct_link.py --virtlink build/virtlink [-v] [CASE]
 """
 import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vltest  # noqa: E402
+from vltestlib import vhost_peer, vltest
 
 GEN_CPU = "0"
 
@@ -118,10 +116,9 @@ def fd_count(pid):
 
 
 def hostile_guest(tb, port):
-    """A Python front-end on `port` (tests/hostile/hostile_peer.py Guest), negotiated."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "hostile"))
-    import hostile_peer  # noqa: E402
-    return hostile_peer, hostile_peer.Guest(tb.sock(port)).negotiate()
+    """A Python front-end on `port` (vltestlib.vhost_peer.Guest), negotiated; returns
+    (the vhost_peer module, the Guest)."""
+    return vhost_peer, vhost_peer.Guest(tb.sock(port)).negotiate()
 
 
 def wait_link_state(tb, a, b, state, timeout=10):
@@ -135,6 +132,7 @@ def wait_link_state(tb, a, b, state, timeout=10):
 
 class DirectLink(unittest.TestCase):
 
+    @vltest.ctest("interop_direct_chain3_intact", timeout=60, asan=True)
     def test_chain3_direct_intact(self):
         with vltest.Testbed(self) as tb:
             ports, vnfs, procs = start_chain(tb, 3)
@@ -190,6 +188,7 @@ class DirectLink(unittest.TestCase):
             self.assertEqual(st["b0"]["tx_packets"], fwd, vltest.fmt_stats(st))
             self.assertEqual(tb.ctl("links"), [])
 
+    @vltest.ctest("interop_direct_link_unlink_traffic", timeout=60, asan=True)
     def test_link_unlink_under_traffic(self):
         with vltest.Testbed(self) as tb:
             ports, vnfs, procs = start_chain(tb, 2)
@@ -233,6 +232,7 @@ class DirectLink(unittest.TestCase):
                 self.assertEqual(s["lost"], 0, s)
             self.assertGreater(tb.switch_stats()["b0"]["rx_packets"], before)
 
+    @vltest.ctest("interop_direct_isolation", timeout=60)
     def test_isolation_and_revocation(self):
         with vltest.Testbed(self) as tb:
             ports, vnfs, procs = start_chain(tb, 2)
@@ -263,6 +263,7 @@ class DirectLink(unittest.TestCase):
             for s in doc["streams"]:
                 self.assertEqual(s["duplicates"], 0, s)
 
+    @vltest.ctest("interop_direct_fallback", timeout=60)
     def test_fallback_no_capability(self):
         with vltest.Testbed(self) as tb:
             ports, vnfs, procs = start_chain(tb, 2, vnf_args=[["--no-direct-link"], []])
@@ -281,6 +282,7 @@ class DirectLink(unittest.TestCase):
             self.assertEqual(r["state"], "switched", r)
 
 
+    @vltest.ctest("interop_direct_peer_blocks_call", timeout=60)
     def test_peer_blocks_call_fd(self):
         with vltest.Testbed(self) as tb:
             ports, vnfs, procs = start_chain(tb, 1)

@@ -3,7 +3,7 @@
 server mode (the switch is the vhost-user client), front-ends killed mid-traffic, and the
 socket files' owner, group and mode.
 
-    python3 tests/interop/test_faults.py --virtlink build/virtlink -v [Faults.test_...]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_faults.py --virtlink build/virtlink -v [Faults.test_...]
 """
 import grp
 import os
@@ -16,9 +16,9 @@ import subprocess
 import time
 import unittest
 
-import vlguest
-import vltest
-from vltest import log
+from vltestlib import vlguest
+from vltestlib import vltest
+from vltestlib.vltest import log
 
 
 def memfd_maps(pid):
@@ -51,6 +51,7 @@ def wait(cond, timeout, what):
 class Faults(unittest.TestCase):
 
     # -- switch restart under traffic, the switch as the vhost-user client ------------------
+    @vltest.ctest("interop_faults_switch_restart_dpdk_server", timeout=120)
     def test_switch_restart_dpdk_server(self):
         """testpmd txonly (virtio-user server=1) -> switch (client ports, xconnect) -> testpmd
         rxonly (server=1). The switch is stopped (SIGTERM) and later killed (SIGKILL) while
@@ -96,6 +97,7 @@ class Faults(unittest.TestCase):
             self.assertGreaterEqual(got, st["b"]["tx_packets"])
 
     # -- front-ends killed mid-traffic ---------------------------------------------------------
+    @vltest.ctest("interop_faults_frontend_killed", timeout=120, asan=True)
     def test_frontend_killed_mid_traffic(self):
         """testpmd txonly on a -> switch -> testpmd rxonly on b. Four rounds: the receiver
         (whose memory the PMD thread writes) or the sender (whose memory it reads) is killed
@@ -145,6 +147,7 @@ class Faults(unittest.TestCase):
             self.assertEqual(st["a"]["drops"]["bad_descriptor"] + st["b"]["drops"]["bad_descriptor"], 0)
 
     # -- socket files: owner, group, mode ----------------------------------------------------
+    @vltest.ctest("interop_faults_socket_permissions", timeout=60, asan=True)
     def test_socket_owner_group_mode(self):
         """Default 0600 and our own user; --socket-mode/--socket-owner/--socket-group for every
         port; a [[port]]'s own socket_* keys win over the switch-wide ones; an unknown group
@@ -197,6 +200,7 @@ class Faults(unittest.TestCase):
             c.close()
 
     # -- usage errors and what the switch says (new-user findings) ---------------------------
+    @vltest.ctest("interop_faults_usage_errors", timeout=60)
     def test_usage_errors_exit_2(self):
         """Every command-line usage error exits 2 with a message on stderr, whether CLI11 finds
         it (unknown option, a value outside its set or range, a missing value or subcommand:
@@ -279,6 +283,7 @@ class Faults(unittest.TestCase):
             self.assertEqual(r.returncode, 1, r.stderr)
             self.assertIn("is the switch running", r.stderr.decode(), r.stderr)
 
+    @vltest.ctest("interop_faults_unpinned_pmd_port_names", timeout=60)
     def test_unpinned_pmd_and_port_names(self):
         """An unpinned PMD thread (no --pmd-cores) is "cpu any" in the log and in the text of
         ctl pmd-stats and pmd-rxq-show, -1 in their JSON (unchanged); the back-end's

@@ -14,14 +14,11 @@ tx_packets, testpmd RX-bytes / RX-packets), counters are conserved, and nothing 
 except for want of receive buffers (no_rx_buffer: the receiver shares a CPU with the
 sender).
 
-    python3 tests/interop/test_frame_sizes.py --virtlink build/virtlink [-v]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_frame_sizes.py --virtlink build/virtlink [-v]
 """
-import os
-import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vltest  # noqa: E402
+from vltestlib import vltest
 
 
 def toml_two_ports(tb, mtu=None, forward="xconnect", extra_b=""):
@@ -62,12 +59,15 @@ class FrameSizes(unittest.TestCase):
             self.assertEqual(rxres["fwd"][0]["RX-packets"], b["tx_packets"])
             return st, rxres
 
+    @vltest.ctest("interop_frame_64", timeout=60)
     def test_64(self):
         self.run_size(64, ["--txpkts=64"])
 
+    @vltest.ctest("interop_frame_1518_mtu1500", timeout=60)
     def test_1518_mtu_1500(self):
         self.run_size(1518, ["--txpkts=1518"], mtu=1500)
 
+    @vltest.ctest("interop_frame_9000_mergeable", timeout=60, asan=True)
     def test_9000_jumbo_mergeable(self):
         st, _ = self.run_size(9000, ["--mbuf-size=2048", "--txpkts=2048,2048,2048,2048,808"],
                               rx_args=["--mbuf-size=2048", "--max-pkt-len=9018",
@@ -75,6 +75,7 @@ class FrameSizes(unittest.TestCase):
                               mtu=9000, min_delivered=200)
         self.assertIn("MRG_RXBUF", st["b"]["feature_names"])
 
+    @vltest.ctest("interop_frame_9000_mergeable_packed", timeout=60, asan=True)
     def test_9000_jumbo_mergeable_packed(self):
         """The same over packed virtqueues (virtio 1.2 §2.8): chained TX descriptors and
         receive frames spread over 5 mergeable buffers, each returned as a used descriptor."""

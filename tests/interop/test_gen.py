@@ -13,17 +13,15 @@ never on wall-clock throughput.
   Gen.test_serve_trials        gen --serve: two trials over one connection (64 B, then
                                1518 B): each counts only its own frames.
 
-    python3 tests/interop/test_gen.py --virtlink build/virtlink [-v] [Gen.test_pacing_1mpps]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_gen.py --virtlink build/virtlink [-v] [Gen.test_pacing_1mpps]
 """
 import json
 import os
 import subprocess
-import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vltest  # noqa: E402
+from vltestlib import vltest
 
 GEN_CPU = "0"  # the switch's PMD (or testpmd's forwarding lcore) is on CPU 1
 
@@ -68,6 +66,7 @@ class Gen(unittest.TestCase):
         self.assertEqual(s["lost"], s["offered"] - s["rx"], s)
         self.assertLessEqual(s["offered"] + s["late_skipped"], s["planned"], s)
 
+    @vltest.ctest("interop_gen_xconnect_low_rate", timeout=60, asan=True)
     def test_xconnect_low_rate(self):
         with vltest.Testbed(self) as tb:
             tb.start_switch(ports=["a", "b"], forward="xconnect")
@@ -110,6 +109,7 @@ class Gen(unittest.TestCase):
             self.assertEqual(st["a"]["tx_packets"], st["b"]["rx_packets"])
             self.assertEqual(st["a"]["rx_bytes"], 128 * streams[0]["tx"] + 64)
 
+    @vltest.ctest("interop_gen_testpmd_rxonly", timeout=60)
     def test_testpmd_rxonly(self):
         with vltest.Testbed(self) as tb:
             socks = [os.path.join(tb.dir, "tp%d.sock" % i) for i in range(2)]
@@ -137,6 +137,7 @@ class Gen(unittest.TestCase):
             # rxonly: nothing comes back.
             self.assertEqual(s["rx"], 0, s)
 
+    @vltest.ctest("interop_gen_pacing_1mpps", timeout=60)
     def test_pacing_1mpps(self):
         """The generator's departures keep the 1000 ns schedule. A trial in which the
         generator itself was preempted (late slots skipped, > 1% of the plan) is repeated,
@@ -175,6 +176,7 @@ class Gen(unittest.TestCase):
             self.assertAlmostEqual(interval, 1000.0, delta=20.0,
                                    msg="the generator did not keep 1 Mpps: %s" % info)
 
+    @vltest.ctest("interop_gen_serve_trials", timeout=60)
     def test_serve_trials(self):
         with vltest.Testbed(self) as tb:
             tb.start_switch(ports=["a", "b"], forward="xconnect")

@@ -19,18 +19,16 @@ machine loses nothing (we assert zero loss).
                                          virtlink bridge, 2 PMD threads -> gen: no loss; the
                                          switch's per-queue counters split the stream by flow.
 
-    python3 tests/interop/test_gen_rings.py --virtlink build/virtlink [-v] [GenRings.test_...]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_gen_rings.py --virtlink build/virtlink [-v] [GenRings.test_...]
 """
 import json
 import os
 import re
 import subprocess
-import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vltest  # noqa: E402
-from test_gen import run_gen, GEN_CPU  # noqa: E402
+from vltestlib import vltest
+from test_gen import run_gen, GEN_CPU
 
 _STREAM = re.compile(r"Forward Stats for RX Port=\s*(\d+)/Queue=\s*(\d+) -> "
                      r"TX Port=\s*(\d+)/Queue=\s*(\d+)")
@@ -67,6 +65,7 @@ class GenRings(unittest.TestCase):
                 self.assertEqual(s["reordered"], 0, s)
             self.assertEqual(s["out_of_range"], 0, s)
 
+    @vltest.ctest("interop_gen_packed_virtlink", timeout=60)
     def test_packed_through_virtlink(self):
         for forward in ("xconnect", "bridge"):
             with vltest.Testbed(self) as tb:
@@ -111,6 +110,7 @@ class GenRings(unittest.TestCase):
         vltest._wait(lambda: all(os.path.exists(s) for s in socks), 20, "net_vhost sockets")
         return tp, [("g0", "vhost-user-client:" + socks[0]), ("g1", "vhost-user-client:" + socks[1])]
 
+    @vltest.ctest("interop_gen_packed_testpmd", timeout=60)
     def test_packed_testpmd_io(self):
         with vltest.Testbed(self) as tb:
             tp, ports = self.start_testpmd_vhost(tb, 1)
@@ -124,6 +124,7 @@ class GenRings(unittest.TestCase):
             self.assertEqual(res["nic"][0]["RX-packets"], s0["tx"], res["nic"])
             self.assertEqual(res["nic"][1]["RX-packets"], s1["tx"], res["nic"])
 
+    @vltest.ctest("interop_gen_mq_testpmd", timeout=60)
     def test_mq_testpmd_io(self):
         with vltest.Testbed(self) as tb:
             tp, ports = self.start_testpmd_vhost(tb, 2)
@@ -144,6 +145,7 @@ class GenRings(unittest.TestCase):
                 self.assertEqual(per.get((port, 0), 0), s["tx"] // 2 + s["tx"] % 2, per)
 
 
+    @vltest.ctest("interop_gen_mq_virtlink", timeout=60)
     def test_mq_through_virtlink(self):
         """gen --queues 2, split then packed, through virtlink's bridge with 2 PMD threads:
         no loss, duplicate or corruption; the switch's per-queue counters: queue pair 0 took

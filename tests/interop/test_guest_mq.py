@@ -9,7 +9,7 @@ virtlink bridge, and the guest's `ethtool -L eth0 combined N`:
               flows reaches the guest's receive queue 1 (spread by flow hash);
   combined 1  disabled again: queue 1's counter stops while queue 0's keeps growing.
 
-    python3 tests/interop/test_guest_mq.py --virtlink build/virtlink [-v]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_guest_mq.py --virtlink build/virtlink [-v]
 
 Needs qemu-system-x86 and the guest image with ethtool (scripts/guest/build-guest.sh; the
 ctest fixture guest_image builds it). CPUs: the switch's PMD on CPU 1, the generator on
@@ -17,14 +17,12 @@ CPU 0, QEMU unpinned (it shares both).
 """
 import json
 import os
-import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vltest  # noqa: E402
-import vlguest  # noqa: E402
-from vltest import log  # noqa: E402
+from vltestlib import vltest
+from vltestlib import vlguest
+from vltestlib.vltest import log
 
 MAC1 = "52:54:00:00:00:01"
 IP1 = "10.0.0.1/24"
@@ -44,6 +42,7 @@ class GuestMq(unittest.TestCase):
             return q1 is None or (not q1["rx_ready"] and not q1["tx_ready"])
         vltest._wait(ok, timeout, "vm1 queue 1 %s" % ("enabled" if on else "disabled"), 0.2)
 
+    @vltest.ctest("qemu_multiqueue_ethtool", timeout=150, qemu=True)
     def test_ethtool_combined(self):
         with vlguest.GuestTestbed(self) as tb:
             tb.start_switch(ports=["vm1", "s1", "s2"], forward="bridge")

@@ -6,23 +6,20 @@ neighbour tables and uptime) and on the switch's counters, FDB, `ctl ports` and 
 never on rates or wall-clock throughput. The one timing bound is the brief's: after a
 switch restart, ping replies resume within 5 s of the new switch's ports being ready.
 
-    python3 tests/interop/test_guests.py --virtlink build/virtlink [-v] [Guests.test_bridge]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_guests.py --virtlink build/virtlink [-v] [Guests.test_bridge]
 
 Needs qemu-system-x86 and the guest image (scripts/guest/build-guest.sh; the ctest
 fixture guest_image builds it). Core plan: the switch's PMD thread on CPU 1, the QEMU
 processes unpinned (TCG keeps them busy, so they share both CPUs with the PMD).
 """
-import os
 import signal
-import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vltest  # noqa: E402
-import vlguest  # noqa: E402
-from vlguest import fmt_ping, parse_ping  # noqa: E402
-from vltest import log  # noqa: E402
+from vltestlib import vltest
+from vltestlib import vlguest
+from vltestlib.vlguest import fmt_ping, parse_ping
+from vltestlib.vltest import log
 
 MAC1 = "52:54:00:00:00:01"
 MAC2 = "52:54:00:00:00:02"
@@ -159,6 +156,7 @@ class Guests(unittest.TestCase):
             tb.wait_state(p, ("waiting",))
 
     # -- 1. bridge -------------------------------------------------------------------------
+    @vltest.ctest("qemu_bridge", timeout=120, qemu=True)
     def test_bridge(self):
         with vlguest.GuestTestbed(self) as tb:
             tb.start_switch(ports=["vm1", "vm2"], forward="bridge")
@@ -166,6 +164,7 @@ class Guests(unittest.TestCase):
             self.two_way_traffic(tb, g1, g2, bridge=True)
 
     # -- 2. xconnect -----------------------------------------------------------------------
+    @vltest.ctest("qemu_xconnect", timeout=120, qemu=True)
     def test_xconnect(self):
         with vlguest.GuestTestbed(self) as tb:
             tb.start_switch(ports=["vm1", "vm2"], forward="xconnect")
@@ -173,6 +172,7 @@ class Guests(unittest.TestCase):
             self.two_way_traffic(tb, g1, g2, bridge=False)
 
     # -- 3. QEMU as the vhost-user server --------------------------------------------------
+    @vltest.ctest("qemu_qemu_server", timeout=120, qemu=True)
     def test_qemu_server(self):
         with vlguest.GuestTestbed(self) as tb:
             # The switch first: its client ports retry every second until QEMU listens.
@@ -204,6 +204,7 @@ class Guests(unittest.TestCase):
             vltest.assert_no_corruption(self, tb.wait_quiet())
 
     # -- 4. switch restart under a running ping --------------------------------------------
+    @vltest.ctest("qemu_switch_restart", timeout=150, qemu=True)
     def test_switch_restart(self):
         with vlguest.GuestTestbed(self) as tb:
             tb.start_switch(ports=["vm1", "vm2"], forward="bridge")
@@ -285,6 +286,7 @@ class Guests(unittest.TestCase):
                 self.assertEqual(g.console.count(r"^VL-READY "), 1, "guest %s rebooted" % g.name)
 
     # -- 5. a guest killed outright; its port takes the next guest -------------------------
+    @vltest.ctest("qemu_guest_killed", timeout=150, qemu=True)
     def test_guest_killed(self):
         with vlguest.GuestTestbed(self) as tb:
             sw = tb.start_switch(ports=["vm1", "vm2"], forward="bridge")
@@ -381,6 +383,7 @@ class Guests(unittest.TestCase):
         self.assertEqual(vltest.fmt_stats(s0), vltest.fmt_stats(s1), "traffic while idle")
         return (c1 - c0) / (t1 - t0)
 
+    @vltest.ctest("qemu_tcp_offloads", timeout=150, qemu=True)
     def test_tcp_offloads(self):
         """TCP between guests with offloads: g1 negotiates every offload, g2 transmits
         with TSO but receives without any (QEMU guest_csum/guest_tso4/6/ecn=off). g2 -> g1
@@ -425,6 +428,7 @@ class Guests(unittest.TestCase):
                 for k in ("bad_gso", "bad_csum", "no_destination", "bad_header"):
                     self.assertEqual(s2[p]["drops"][k], 0, "%s %s" % (p, vltest.fmt_stats(s2)))
 
+    @vltest.ctest("qemu_packed_ring", timeout=150, qemu=True)
     def test_packed_ring(self):
         """A guest with packed=on (virtio 1.2 §2.8) and one with a split ring on one bridge:
         the Linux virtio driver negotiates RING_PACKED with the switch on vm1 only, and
@@ -444,6 +448,7 @@ class Guests(unittest.TestCase):
             self.assertEqual([v["layout"] for v in info["vm2"]["vrings"]], ["split", "split"])
             self.two_way_traffic(tb, g1, g2, bridge=True)
 
+    @vltest.ctest("qemu_pmd_modes", timeout=120, qemu=True)
     def test_pmd_modes(self):
         """interrupt, then (the same guests reconnected to a new switch) adaptive."""
         with vlguest.GuestTestbed(self) as tb:

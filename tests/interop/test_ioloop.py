@@ -7,21 +7,19 @@ After a few seconds the loop must still be running: both ports' rx_packets grow 
 samples one second apart, and no frame was dropped as bad_descriptor, bad_header or
 ring_broken. Counter conservation is checked after the loop is stopped.
 
-    python3 tests/interop/test_ioloop.py --virtlink build/virtlink
+    PYTHONPATH=pylib:bench python3 tests/interop/test_ioloop.py --virtlink build/virtlink
 """
-import os
-import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vltest  # noqa: E402
+from vltestlib import vltest
 
 WARMUP_S = 3.0
 
 
 class IoLoop(unittest.TestCase):
 
+    @vltest.ctest("interop_ioloop_xconnect", timeout=60, asan=True)
     def test_io_loop_xconnect(self):
         with vltest.Testbed(self) as tb:
             tb.start_switch(ports=["a", "b"], forward="xconnect")

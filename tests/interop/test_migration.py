@@ -10,19 +10,17 @@ SEND_RARP when the guest negotiated it); the 10 MiB arrive in A with B's md5sum 
 virtlink wrote into A's receive buffers during the migration was marked dirty and sent
 again, or the TCP stream would be corrupt); virtlink's dirty-log counter of p1 moved.
 
-    python3 tests/interop/test_migration.py --virtlink build/virtlink -v
+    PYTHONPATH=pylib:bench python3 tests/interop/test_migration.py --virtlink build/virtlink -v
 """
 
 import json
 import os
 import socket
-import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vlguest  # noqa: E402
-from vltest import log  # noqa: E402
+from vltestlib import vlguest, vltest
+from vltestlib.vltest import log
 
 IP_A, IP_B = "10.0.0.1/24", "10.0.0.2/24"
 MAC_A, MAC_B = "52:54:00:00:00:0a", "52:54:00:00:00:0b"
@@ -125,6 +123,7 @@ class Migration(unittest.TestCase):
             time.sleep(0.1)
         return info
 
+    @vltest.ctest("qemu_migration", timeout=170, qemu=True)
     def test_migrate_under_traffic(self):
         with vlguest.GuestTestbed(self) as tb:
             a, b, a2, q1, q2, mig = self.start(tb)
@@ -189,6 +188,7 @@ class Migration(unittest.TestCase):
             self.assertGreater(dirty, 64, "receive buffers not marked in the dirty log")
             q2.close()
 
+    @vltest.ctest("qemu_migration_rarp", timeout=170, qemu=True)
     def test_migrate_send_rarp(self):
         """The guest without GUEST_ANNOUNCE (virtio-net guest_announce=off): QEMU announces
         it with SEND_RARP on the destination's connection, and the bridge learns its MAC on

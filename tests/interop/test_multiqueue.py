@@ -19,16 +19,14 @@
       1 has CPU 1 to itself. Then `ctl pmd-rebalance` moves nothing needed and traffic still
       flows; `ctl pmd-stats` shows busy %, cycles per packet and the rxqs served.
 
-    python3 tests/interop/test_multiqueue.py --virtlink build/virtlink [-v] [MultiQueue.test_...]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_multiqueue.py --virtlink build/virtlink [-v] [MultiQueue.test_...]
 """
 import json
 import os
-import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vltest  # noqa: E402
+from vltestlib import vltest
 
 FRAME = 64
 
@@ -46,6 +44,7 @@ def queue_sum(port_stats, field):
 
 class MultiQueue(unittest.TestCase):
 
+    @vltest.ctest("interop_mq_testpmd_two_queues", timeout=60, asan=True)
     def test_testpmd_two_queues(self):
         with vltest.Testbed(self) as tb:
             tb.start_switch(ports=["a", "b"], forward="bridge")
@@ -134,6 +133,7 @@ class MultiQueue(unittest.TestCase):
         vltest.log("switch %s" % vltest.fmt_stats(st))
         return doc, st
 
+    @vltest.ctest("interop_mq_two_pmds_four_ports", timeout=60, asan=True)
     def test_two_pmds_four_ports(self):
         with vltest.Testbed(self) as tb:
             # adaptive: the PMD threads sleep on their rxqs' kick eventfds between bursts,
@@ -283,6 +283,7 @@ class MultiQueue(unittest.TestCase):
             self.assertTrue(live["st"][n]["queues"][0]["rx_handoff_target"])
         return doc, st, live, owner
 
+    @vltest.ctest("interop_mq_two_pmds_writers_follow", timeout=60, asan=True)
     def test_two_pmds_bridge_writers_follow_traffic(self):
         """--pmd-rx-writers follow: a single-queue port's writer moves to the thread that
         polls its sender within a control tick or two, so after that no frame needs the
@@ -307,6 +308,7 @@ class MultiQueue(unittest.TestCase):
                                  st[peer]["rx_packets"], q0)
             self.assertTrue(moves, "no writer moved (the fixed deal hands everything off here)")
 
+    @vltest.ctest("interop_mq_two_pmds_bridge_handoff", timeout=60, asan=True)
     def test_two_pmds_bridge_handoff(self):
         """--pmd-rx-writers fixed, bridge, 2 single-queue ports, 2 PMD threads: each port's
         receive queue has one writer thread, and the other thread polls the port that sends

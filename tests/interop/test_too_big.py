@@ -8,14 +8,11 @@
 In both cases nothing reaches the receiving testpmd, no other drop reason is counted, and
 the switch's counters are conserved (a.rx_packets == sum of drops).
 
-    python3 tests/interop/test_too_big.py --virtlink build/virtlink [-v]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_too_big.py --virtlink build/virtlink [-v]
 """
-import os
-import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vltest  # noqa: E402
+from vltestlib import vltest
 
 
 def toml(tb, mtu_a, b_lines):
@@ -51,9 +48,11 @@ class TooBig(unittest.TestCase):
             self.assertEqual(rxres["nic"][0]["RX-packets"], 0)
             self.assertEqual(rxres["nic"][0]["RX-errors"], 0)
 
+    @vltest.ctest("interop_too_big_mtu1000", timeout=60, asan=True)
     def test_1518_to_mtu_1000(self):
         self.run_too_big(1518, ["--txpkts=1518"], "mtu = 1000", mtu_a=1500)
 
+    @vltest.ctest("interop_too_big_no_mergeable", timeout=60)
     def test_9000_without_mergeable_buffers(self):
         self.run_too_big(9000, ["--mbuf-size=2048", "--txpkts=2048,2048,2048,2048,808"],
                          "mtu = 9000\nmrg_rxbuf = false", mtu_a=9000,

@@ -8,14 +8,11 @@ xconnect mode. Counter conservation after the sender stops and the switch drains
 In bridge mode testpmd's txonly frames go to a fixed, never-learned destination MAC, so
 the bridge floods them to b (the only other port).
 
-    python3 tests/interop/test_txrx.py --virtlink build/virtlink [-v] [TxRx.test_bridge]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_txrx.py --virtlink build/virtlink [-v] [TxRx.test_bridge]
 """
-import os
-import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vltest  # noqa: E402
+from vltestlib import vltest
 
 FRAME = 64
 SRC_MAC = "02:00:00:00:00:0a"  # the sender's port MAC (virtio-user mac=)
@@ -74,9 +71,11 @@ class TxRx(unittest.TestCase):
                 for k in ("rx_packets", "tx_packets", "drops"):
                     self.assertEqual(after[n][k], st[n][k], "%s.%s after the peers left" % (n, k))
 
+    @vltest.ctest("interop_txrx_xconnect", timeout=60, asan=True)
     def test_xconnect(self):
         self.run_txrx("xconnect")
 
+    @vltest.ctest("interop_txrx_bridge", timeout=60)
     def test_bridge(self):
         self.run_txrx("bridge")
 

@@ -26,16 +26,13 @@ the 4-byte FCS). Checked for each combination:
 10 KiB and mergeable buffers are not spread; test_frame_sizes.py covers frames spread over
 mergeable buffers on both ring layouts.
 
-    python3 tests/interop/test_virtio_paths.py --virtlink build/virtlink [-v]
+    PYTHONPATH=pylib:bench python3 tests/interop/test_virtio_paths.py --virtlink build/virtlink [-v]
 """
-import os
 import re
-import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vltest  # noqa: E402
+from vltestlib import vltest
 
 SIZES = (64, 1518, 9000)
 # (packed_vq, mrg_rxbuf, in_order, vectorized): all 16 combinations of the devargs
@@ -97,6 +94,7 @@ def delta(after, before, port, key):
 
 class VirtioPaths(unittest.TestCase):
 
+    @vltest.ctest("interop_virtio_paths", timeout=240)
     def test_matrix(self):
         # Two combinations at a time (ports a<->b and c<->d) so that one testpmd's start-up
         # overlaps the other's traffic.

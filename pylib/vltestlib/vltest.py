@@ -24,7 +24,8 @@ Core plan on the 2-core test machine: the switch's PMD thread on CPU 1, testpmd'
 forwarding lcore on CPU 0 (main lcore 1, which idles). Several testpmd processes then share
 CPU 0: that changes rates only, and the tests assert on counters.
 
-Run a test file directly:  python3 tests/interop/test_xxx.py --virtlink build/virtlink [-v]
+Run a test file directly (from the repository root):
+    PYTHONPATH=pylib:bench python3 tests/interop/test_xxx.py --virtlink build/virtlink [-v]
 Environment: VLTEST_KEEP=1 keeps the temporary directory (logs) for inspection.
 """
 
@@ -625,6 +626,29 @@ def fmt_stats(stats):
         rows.append("%s: rx %d pkts/%d B, tx %d pkts/%d B, drops %s" %
                     (n, p["rx_packets"], p["rx_bytes"], p["tx_packets"], p["tx_bytes"], d or 0))
     return "; ".join(rows)
+
+
+# ---------------------------------------------------------------------------------------
+# ctest registration
+
+def ctest(name, timeout, asan=False, qemu=False):
+    """Registers the decorated test method (or test class: the whole class is one entry) as
+    the ctest entry `name`, run as `python3 FILE --virtlink BIN --timeout W Class[.method]`.
+
+    `timeout`: ctest's TIMEOUT in s (doubled in a sanitizer build); the test's watchdog W is
+    10 s less (15 s with qemu), so it cleans up before ctest kills it. `asan`: also label
+    `asan` in a sanitizer build (scripts/test.sh runs `ctest -L "unit|asan"` there). `qemu`:
+    labels `interop;qemu` and the fixture `guest_image`. The other labels come from the
+    directory: `interop` (tests/interop), `hostile` (tests/hostile).
+
+    tests/ctest_cases.py reads these decorators at configure time (ast, without importing
+    the file), so the arguments must be literals. At run time the decorator only records
+    them (as `obj.ctest`).
+    """
+    def mark(obj):
+        obj.ctest = {"name": name, "timeout": timeout, "asan": asan, "qemu": qemu}
+        return obj
+    return mark
 
 
 # ---------------------------------------------------------------------------------------

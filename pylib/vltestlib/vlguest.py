@@ -1,6 +1,6 @@
 """Linux guests (QEMU, TCG) on virtlink's vhost-user ports, for the interop tests.
 
-Builds on vltest.py: the guests are vltest.Proc children of a vltest.Testbed, so they get
+Builds on vltest (pylib/vltestlib/vltest.py): the guests are vltest.Proc children of a vltest.Testbed, so they get
 the same guarantees (PR_SET_PDEATHSIG, stopped on every exit path, logs dumped on failure,
 the temporary directory removed).
 
@@ -34,9 +34,8 @@ import threading
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import vltest  # noqa: E402
-from vltest import Proc, TestTimeout, log, read_text  # noqa: E402
+from vltestlib import vltest
+from vltestlib.vltest import Proc, TestTimeout, log, read_text
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUN_GUEST = os.path.join(REPO, "scripts", "guest", "run-guest.sh")
