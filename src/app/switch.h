@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "app/config.h"
+#include "app/json_views.h"
 #include "app/links.h"
 #include "control/control_server.h"
 #include "dp/fdb.h"
@@ -47,12 +48,8 @@ class Switch {
   void announce(uint32_t port, const uint8_t mac[6]);
   void watch_port(uint32_t i);
   void on_tick();
-  port::CounterSnapshot sum_counters(uint32_t port) const;
-  /// Adds queue_age_max_ns and queue_age_histogram of output `port` to its stats object.
-  void add_queue_age(uint32_t port, control::Json* out) const;
-  /// Adds "queues": per queue pair enabled/ready flags, counters, lock and self-check
-  /// counters of `port` to its stats object.
-  void add_queues(uint32_t port, control::Json* out) const;
+  /// The state the JSON views read (app/json_views.h).
+  SwitchView view() const;
   /// `ctl set-flush PORT|all POLICY`.
   bool set_flush(const control::Json& args, control::Json* result, std::string* err);
 
