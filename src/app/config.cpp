@@ -1,9 +1,7 @@
 #include "app/config.h"
 
 #include <sched.h>
-#include <unistd.h>
 
-#include <cstdlib>
 #include <set>
 
 #include <fmt/format.h>
@@ -12,12 +10,6 @@
 #include "util/cpuset.h"
 
 namespace vl::app {
-
-std::string default_control_path() {
-  if (geteuid() == 0) return "/run/virtlink/virtlink.ctl";
-  if (const char* x = getenv("XDG_RUNTIME_DIR"); x && *x) return fmt::format("{}/virtlink.ctl", x);
-  return fmt::format("/tmp/virtlink-{}.ctl", geteuid());
-}
 
 std::optional<port::VhostPortConfig> parse_port_spec(const std::string& spec, std::string* err) {
   const size_t eq = spec.find('=');

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "app/json_views.h"
+#include "control/command_table.h"
 #include "util/log.h"
 #include "virtlink_version.h"
 
@@ -89,7 +90,7 @@ bool Switch::setup(std::string* err) {
   add(timer_.get(), kKeyTimer);
   add(signal_.get(), kKeySignal);
 
-  const std::string ctl_path = cfg_.control_path.empty() ? default_control_path() : cfg_.control_path;
+  const std::string ctl_path = cfg_.control_path.empty() ? control::default_control_path() : cfg_.control_path;
   if (!ctl_.listen(ctl_path, err)) return false;
   add(ctl_.fd(), kKeyControl);
   ctl_.add("stats", [this](const control::Json&, control::Json* r, std::string*) {
@@ -287,7 +288,7 @@ control::Json Switch::ports_info() const { return ports_json(view()); }
 
 bool Switch::fdb_info(const control::Json& args, control::Json* result, std::string* err) const {
   uint32_t port = ~0u;
-  size_t limit = kFdbShown;
+  size_t limit = control::kFdbShown;
   const auto it = args.find("argv");
   if (it != args.end()) {
     if (!it->is_array() || it->size() > 2) {

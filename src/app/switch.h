@@ -32,11 +32,8 @@ class Switch {
   control::Json stats() const;
   control::Json ports_info() const;
   /// `ctl fdb [PORT] [all]`: the MAC table as a JSON array of {mac, port, age_s}; at most
-  /// kFdbShown entries unless "all" (a table of a million MACs takes seconds to serialise
-  /// on the control thread, which also serves vhost-user). False with `err` for an unknown
-  /// port.
+  /// control::kFdbShown entries unless "all". False with `err` for an unknown port.
   bool fdb_info(const control::Json& args, control::Json* out, std::string* err) const;
-  static constexpr size_t kFdbShown = 1000;
   control::Json pmd_stats() const;
   /// `ctl pmd-rxq-show` (and the reply of `ctl pmd-rebalance`): each thread's rxqs.
   control::Json pmd_rxq_show() const;
