@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "app/ctl_commands.h"
 #include "app/json_views.h"
 #include "control/command_table.h"
 #include "util/log.h"
@@ -93,60 +94,7 @@ bool Switch::setup(std::string* err) {
   const std::string ctl_path = cfg_.control_path.empty() ? control::default_control_path() : cfg_.control_path;
   if (!ctl_.listen(ctl_path, err)) return false;
   add(ctl_.fd(), kKeyControl);
-  ctl_.add("stats", [this](const control::Json&, control::Json* r, std::string*) {
-    *r = stats();
-    return true;
-  });
-  ctl_.add("ports", [this](const control::Json&, control::Json* r, std::string*) {
-    *r = ports_info();
-    return true;
-  });
-  ctl_.add("fdb", [this](const control::Json& a, control::Json* r, std::string* e) {
-    return fdb_info(a, r, e);
-  });
-  ctl_.add("pmd-stats", [this](const control::Json&, control::Json* r, std::string*) {
-    *r = pmd_stats();
-    return true;
-  });
-  ctl_.add("pmd-rebalance", [this](const control::Json&, control::Json* r, std::string*) {
-    pmds_->reassign(true);
-    *r = pmd_rxq_show();
-    return true;
-  });
-  ctl_.add("pmd-rxq-show", [this](const control::Json&, control::Json* r, std::string*) {
-    *r = pmd_rxq_show();
-    return true;
-  });
-  ctl_.add("set-flush", [this](const control::Json& a, control::Json* r, std::string* e) {
-    return set_flush(a, r, e);
-  });
-  auto two_ports = [](const control::Json& args, std::string* a, std::string* b, std::string* err) {
-    const auto it = args.find("argv");
-    if (it == args.end() || !it->is_array() || it->size() != 2 || !(*it)[0].is_string() ||
-        !(*it)[1].is_string()) {
-      *err = "expected two port names: A B (the front-end of B serves A's rings)";
-      return false;
-    }
-    *a = (*it)[0].get<std::string>();
-    *b = (*it)[1].get<std::string>();
-    return true;
-  };
-  ctl_.add("link", [this, two_ports](const control::Json& args, control::Json* r, std::string* err) {
-    std::string a, b;
-    return two_ports(args, &a, &b, err) && links_.link(a, b, r, err);
-  });
-  ctl_.add("unlink", [this, two_ports](const control::Json& args, control::Json* r, std::string* err) {
-    std::string a, b;
-    return two_ports(args, &a, &b, err) && links_.unlink(a, b, r, err);
-  });
-  ctl_.add("links", [this](const control::Json&, control::Json* r, std::string*) {
-    *r = links_.info();
-    return true;
-  });
-  ctl_.add("version", [](const control::Json&, control::Json* r, std::string*) {
-    *r = {{"version", VIRTLINK_VERSION}};
-    return true;
-  });
+  if (!add_ctl_commands(*this, &ctl_, err)) return false;
 
   watched_fd_.assign(ports_.size(), -1);
   for (uint32_t i = 0; i < ports_.size(); ++i) {
@@ -259,62 +207,18 @@ void Switch::teardown() {
 
 control::Json Switch::stats() const { return stats_json(view()); }
 
-bool Switch::set_flush(const control::Json& args, control::Json* result, std::string* err) {
-  const control::Json argv = args.value("argv", control::Json::array());
-  if (!argv.is_array() || argv.size() != 2 || !argv[0].is_string() || !argv[1].is_string()) {
-    *err = "usage: set-flush PORT|all POLICY (immediate, rx-batch, interval=US, budget=US)";
-    return false;
-  }
-  const std::string who = argv[0], text = argv[1];
-  auto p = dp::parse_flush_policy(text, err);
-  if (!p) return false;
-  uint32_t port = port::kMaxPorts;  // all
-  if (who != "all") {
-    for (uint32_t i = 0; i < ports_.size(); ++i)
-      if (ports_[i]->config().name == who) port = i;
-    if (port == port::kMaxPorts) {
-      *err = fmt::format("no port named '{}'", who);
-      return false;
-    }
-  }
-  tables_.set_flush(port, *p);  // PMD threads pick it up at their next burst or check
-  spdlog::info("flush policy of {} set to {}", who == "all" ? "every port" : "port " + who,
-               dp::flush_policy_name(*p));
-  *result = {{"port", who}, {"flush", dp::flush_policy_name(*p)}};
-  return true;
-}
+void Switch::set_flush(uint32_t port, dp::FlushPolicy p) { tables_.set_flush(port, p); }
 
 control::Json Switch::ports_info() const { return ports_json(view()); }
 
-bool Switch::fdb_info(const control::Json& args, control::Json* result, std::string* err) const {
-  uint32_t port = ~0u;
-  size_t limit = control::kFdbShown;
-  const auto it = args.find("argv");
-  if (it != args.end()) {
-    if (!it->is_array() || it->size() > 2) {
-      *err = "usage: fdb [PORT] [all]";
-      return false;
-    }
-    for (const auto& a : *it) {
-      if (!a.is_string()) {
-        *err = "usage: fdb [PORT] [all]";
-        return false;
-      }
-      const std::string w = a.get<std::string>();
-      if (w == "all") {
-        limit = SIZE_MAX;
-        continue;
-      }
-      for (uint32_t i = 0; i < ports_.size(); ++i)
-        if (ports_[i]->config().name == w) port = i;
-      if (port == ~0u) {
-        *err = fmt::format("no port named '{}'", w);
-        return false;
-      }
-    }
-  }
-  *result = fdb_json(view(), port, limit);
-  return true;
+control::Json Switch::fdb(uint32_t port, size_t limit) const {
+  return fdb_json(view(), port, limit);
+}
+
+std::optional<uint32_t> Switch::port_index(const std::string& name) const {
+  for (uint32_t i = 0; i < ports_.size(); ++i)
+    if (ports_[i]->config().name == name) return i;
+  return std::nullopt;
 }
 
 control::Json Switch::pmd_stats() const { return pmd_stats_json(view()); }

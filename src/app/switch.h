@@ -4,6 +4,7 @@
 // SIGINT/SIGTERM).
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,15 +29,24 @@ class Switch {
   int run();
   void stop() { stop_.store(true); }
 
+  // What the control commands (app/ctl_commands.h) ask of the switch, on the control thread.
   /// The `ctl stats --json` document (INTERFACES.md).
   control::Json stats() const;
   control::Json ports_info() const;
-  /// `ctl fdb [PORT] [all]`: the MAC table as a JSON array of {mac, port, age_s}; at most
-  /// control::kFdbShown entries unless "all". False with `err` for an unknown port.
-  bool fdb_info(const control::Json& args, control::Json* out, std::string* err) const;
+  /// `ctl fdb`: the MAC table as a JSON array of {mac, port, age_s}, the entries of `port`
+  /// (~0u: every port's), at most `limit` of them.
+  control::Json fdb(uint32_t port, size_t limit) const;
   control::Json pmd_stats() const;
   /// `ctl pmd-rxq-show` (and the reply of `ctl pmd-rebalance`): each thread's rxqs.
   control::Json pmd_rxq_show() const;
+  /// `ctl pmd-rebalance`: the rxqs are assigned to PMD threads again now.
+  void rebalance() { pmds_->reassign(true); }
+  /// The flush policy of `port` (port::kMaxPorts: every port); PMD threads pick it up at
+  /// their next burst or check.
+  void set_flush(uint32_t port, dp::FlushPolicy p);
+  /// The index of the port named `name`.
+  std::optional<uint32_t> port_index(const std::string& name) const;
+  LinkManager& links() { return links_; }
 
  private:
   bool setup(std::string* err);
@@ -47,8 +57,6 @@ class Switch {
   void on_tick();
   /// The state the JSON views read (app/json_views.h).
   SwitchView view() const;
-  /// `ctl set-flush PORT|all POLICY`.
-  bool set_flush(const control::Json& args, control::Json* result, std::string* err);
 
   SwitchConfig cfg_;
   dp::SwitchTables tables_;
