@@ -39,6 +39,23 @@ Switch::~Switch() { teardown(); }
 SwitchView Switch::view() const { return {cfg_, tables_, fdb_, *pmds_, ports_, links_}; }
 
 bool Switch::setup(std::string* err) {
+  add_ports();
+  set_flush_policies();
+  open_event_fds();
+  const std::string ctl_path =
+      cfg_.control_path.empty() ? control::default_control_path() : cfg_.control_path;
+  if (!ctl_.listen(ctl_path, err)) return false;
+  epoll_add(ctl_.fd(), kKeyControl);
+  if (!add_ctl_commands(*this, &ctl_, err)) return false;
+  if (!start_datapath(err)) return false;
+  spdlog::info("virtlink {} switch: {} port(s), forward {}, {} PMD thread(s) in {} mode, control {}",
+               VIRTLINK_VERSION, ports_.size(),
+               cfg_.forward == dp::ForwardMode::kBridge ? "bridge" : "xconnect",
+               pmds_->threads().size(), dp::pmd_mode_name(cfg_.pmd.mode), ctl_path);
+  return true;
+}
+
+void Switch::add_ports() {
   tables_.mode = cfg_.forward;
   tables_.fdb = &fdb_;
   tables_.burst = cfg_.burst;
@@ -63,13 +80,18 @@ bool Switch::setup(std::string* err) {
     }
   }
   // rxqs are assigned to PMD threads as their queues become ready (PmdSet::reassign).
+}
+
+void Switch::set_flush_policies() {
   std::string perr;
   tables_.set_flush(port::kMaxPorts, *dp::parse_flush_policy(cfg_.flush, &perr));  // validated
   for (uint32_t i = 0; i < cfg_.ports.size(); ++i) {
     auto it = cfg_.port_flush.find(cfg_.ports[i].name);
     if (it != cfg_.port_flush.end()) tables_.set_flush(i, *dp::parse_flush_policy(it->second, &perr));
   }
+}
 
+void Switch::open_event_fds() {
   epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
   timer_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
   itimerspec its{{1, 0}, {1, 0}};
@@ -82,20 +104,18 @@ bool Switch::setup(std::string* err) {
   pthread_sigmask(SIG_BLOCK, &mask, nullptr);  // before any thread starts: all inherit it
   sigdelset(&mask, SIGPIPE);
   signal_.reset(signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
-  auto add = [&](int fd, uint64_t key) {
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = key;
-    epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
-  };
-  add(timer_.get(), kKeyTimer);
-  add(signal_.get(), kKeySignal);
+  epoll_add(timer_.get(), kKeyTimer);
+  epoll_add(signal_.get(), kKeySignal);
+}
 
-  const std::string ctl_path = cfg_.control_path.empty() ? control::default_control_path() : cfg_.control_path;
-  if (!ctl_.listen(ctl_path, err)) return false;
-  add(ctl_.fd(), kKeyControl);
-  if (!add_ctl_commands(*this, &ctl_, err)) return false;
+void Switch::epoll_add(int fd, uint64_t key) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = key;
+  epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
+}
 
+bool Switch::start_datapath(std::string* err) {
   watched_fd_.assign(ports_.size(), -1);
   for (uint32_t i = 0; i < ports_.size(); ++i) {
     if (!ports_[i]->start(err)) return false;
@@ -106,10 +126,6 @@ bool Switch::setup(std::string* err) {
     control::Json r;
     if (!links_.link(a, b, &r, err)) return false;
   }
-  spdlog::info("virtlink {} switch: {} port(s), forward {}, {} PMD thread(s) in {} mode, control {}",
-               VIRTLINK_VERSION, ports_.size(),
-               cfg_.forward == dp::ForwardMode::kBridge ? "bridge" : "xconnect",
-               pmds_->threads().size(), dp::pmd_mode_name(cfg_.pmd.mode), ctl_path);
   return true;
 }
 

@@ -49,7 +49,15 @@ class Switch {
   LinkManager& links() { return links_; }
 
  private:
+  /// Set-up, in its order: ports and tables, flush policies, the control thread's fds, the
+  /// control socket and its commands, then the ports' sockets, the PMD threads and links.
   bool setup(std::string* err);
+  void add_ports();
+  void set_flush_policies();
+  /// epoll, the 1 s timer and the signalfd (SIGINT, SIGTERM; SIGPIPE is blocked).
+  void open_event_fds();
+  void epoll_add(int fd, uint64_t key);
+  bool start_datapath(std::string* err);
   void teardown();
   /// SEND_RARP on `port` (a migrated guest): the bridge learns `mac` there.
   void announce(uint32_t port, const uint8_t mac[6]);
