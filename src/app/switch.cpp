@@ -7,10 +7,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <algorithm>
-
-#include <fmt/format.h>
-
 #include "app/ctl_commands.h"
 #include "app/json_views.h"
 #include "control/command_table.h"

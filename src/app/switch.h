@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "app/config.h"
-#include "app/json_views.h"
 #include "app/links.h"
 #include "control/control_server.h"
 #include "dp/fdb.h"
@@ -19,6 +18,8 @@
 #include "util/fd.h"
 
 namespace vl::app {
+
+struct SwitchView;
 
 class Switch {
  public:
