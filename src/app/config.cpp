@@ -1,10 +1,9 @@
 #include "app/config.h"
 
 #include <sched.h>
-#include <unistd.h>
 
-#include <cstdlib>
 #include <set>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -12,12 +11,6 @@
 #include "util/cpuset.h"
 
 namespace vl::app {
-
-std::string default_control_path() {
-  if (geteuid() == 0) return "/run/virtlink/virtlink.ctl";
-  if (const char* x = getenv("XDG_RUNTIME_DIR"); x && *x) return fmt::format("{}/virtlink.ctl", x);
-  return fmt::format("/tmp/virtlink-{}.ctl", geteuid());
-}
 
 std::optional<port::VhostPortConfig> parse_port_spec(const std::string& spec, std::string* err) {
   const size_t eq = spec.find('=');
@@ -124,6 +117,178 @@ bool load_port(const toml::table& t, port::VhostPortConfig* c, std::string* flus
   return true;
 }
 
+/// A top-level key of the TOML file: reads its value into `cfg`, or false with `*err`.
+using RootLoader = bool (*)(const toml::node& v, SwitchConfig* cfg, std::string* err);
+struct RootKey {
+  std::string_view name;
+  RootLoader load;
+};
+
+bool load_forward(const toml::node& v, SwitchConfig* cfg, std::string* err) {
+  std::string s;
+  if (!get_str(v, "forward", &s, err)) return false;
+  auto f = parse_forward(s);
+  if (!f) { *err = fmt::format("forward '{}' (bridge or xconnect)", s); return false; }
+  cfg->forward = *f;
+  return true;
+}
+
+bool load_pmd_cores(const toml::node& v, SwitchConfig* cfg, std::string* err) {
+  std::string s;
+  if (!get_str(v, "pmd_cores", &s, err)) return false;
+  auto c = parse_cpu_list(s);
+  if (!c) { *err = fmt::format("pmd_cores '{}' is not a CPU list", s); return false; }
+  cfg->pmd_cores = *c;
+  return true;
+}
+
+bool load_pmd_mode(const toml::node& v, SwitchConfig* cfg, std::string* err) {
+  std::string s;
+  if (!get_str(v, "pmd_mode", &s, err)) return false;
+  auto m = parse_pmd_mode(s);
+  if (!m) { *err = fmt::format("pmd_mode '{}' (poll, interrupt or adaptive)", s); return false; }
+  cfg->pmd.mode = *m;
+  return true;
+}
+
+bool load_pmd_rxq_assign(const toml::node& v, SwitchConfig* cfg, std::string* err) {
+  std::string s;
+  if (!get_str(v, "pmd_rxq_assign", &s, err)) return false;
+  if (s == "roundrobin") cfg->pmd.rxq_assign = dp::RxqAssign::kRoundRobin;
+  else if (s == "cycles") cfg->pmd.rxq_assign = dp::RxqAssign::kCycles;
+  else { *err = fmt::format("pmd_rxq_assign '{}' (roundrobin or cycles)", s); return false; }
+  return true;
+}
+
+bool load_pmd_rx_writers(const toml::node& v, SwitchConfig* cfg, std::string* err) {
+  std::string s;
+  if (!get_str(v, "pmd_rx_writers", &s, err)) return false;
+  if (s == "follow" || s == "fixed") cfg->pmd.follow_writers = s == "follow";
+  else { *err = fmt::format("pmd_rx_writers '{}' (follow or fixed)", s); return false; }
+  return true;
+}
+
+bool load_socket_mode(const toml::node& v, SwitchConfig* cfg, std::string* err) {
+  uint32_t m;
+  if (!get_int<uint32_t>(v, "socket_mode", 0, 0777, &m, err)) return false;
+  cfg->socket_mode = m;
+  return true;
+}
+
+bool load_socket_owner(const toml::node& v, SwitchConfig* cfg, std::string* err) {
+  std::string s;
+  if (!get_str(v, "socket_owner", &s, err)) return false;
+  cfg->socket_owner = s;
+  return true;
+}
+
+bool load_socket_group(const toml::node& v, SwitchConfig* cfg, std::string* err) {
+  std::string s;
+  if (!get_str(v, "socket_group", &s, err)) return false;
+  cfg->socket_group = s;
+  return true;
+}
+
+bool load_max_guest_memory(const toml::node& v, SwitchConfig* cfg, std::string* err) {
+  uint64_t g;
+  if (!get_int<uint64_t>(v, "max_guest_memory_gib", 1, 1u << 16, &g, err)) return false;
+  cfg->max_guest_memory = g << 30;
+  return true;
+}
+
+bool load_tx_retry(const toml::node& v, SwitchConfig* cfg, std::string* err) {
+  uint32_t us;
+  if (!get_int<uint32_t>(v, "tx_retry_us", 0, port::kMaxTxRetryUs, &us, err)) return false;
+  cfg->tx_retry_us = us;
+  return true;
+}
+
+/// [[port]] tables.
+bool load_ports(const toml::node& v, SwitchConfig* cfg, std::string* err) {
+  const toml::array* arr = v.as_array();
+  if (!arr) { *err = "'port' must be an array of tables ([[port]])"; return false; }
+  for (auto&& e : *arr) {
+    const toml::table* t = e.as_table();
+    if (!t) { *err = "'port' entries must be tables"; return false; }
+    port::VhostPortConfig pc;
+    std::string flush;
+    if (!load_port(*t, &pc, &flush, err)) return false;
+    if (!flush.empty()) cfg->port_flush[pc.name] = flush;
+    cfg->ports.push_back(pc);
+  }
+  return true;
+}
+
+/// [[link]] tables with keys a and b.
+bool load_links(const toml::node& v, SwitchConfig* cfg, std::string* err) {
+  const toml::array* arr = v.as_array();
+  if (!arr) { *err = "'link' must be an array of tables ([[link]])"; return false; }
+  for (auto&& e : *arr) {
+    const toml::table* t = e.as_table();
+    if (!t) { *err = "'link' entries must be tables"; return false; }
+    std::string a, b;
+    for (auto&& [lk, lv] : *t) {
+      const std::string k2(lk.str());
+      if (k2 == "a") { if (!get_str(lv, "a", &a, err)) return false; }
+      else if (k2 == "b") { if (!get_str(lv, "b", &b, err)) return false; }
+      else { *err = fmt::format("unknown link key '{}' (a, b)", k2); return false; }
+    }
+    if (a.empty() || b.empty()) { *err = "every [[link]] needs a and b (port names)"; return false; }
+    cfg->links.emplace_back(a, b);
+  }
+  return true;
+}
+
+// Every top-level key (config.h load_toml lists them).
+constexpr RootKey kRootKeys[] = {
+    {"forward", load_forward},
+    {"pmd_cores", load_pmd_cores},
+    {"pmd_mode", load_pmd_mode},
+    {"pmd_rxq_assign", load_pmd_rxq_assign},
+    {"pmd_rx_writers", load_pmd_rx_writers},
+    {"pmd_idle_us",
+     [](const toml::node& v, SwitchConfig* c, std::string* e) {
+       return get_int<uint32_t>(v, "pmd_idle_us", 1, 10000000, &c->pmd.idle_us, e);
+     }},
+    {"flush",
+     [](const toml::node& v, SwitchConfig* c, std::string* e) {
+       return get_str(v, "flush", &c->flush, e);
+     }},
+    {"control",
+     [](const toml::node& v, SwitchConfig* c, std::string* e) {
+       return get_str(v, "control", &c->control_path, e);
+     }},
+    {"mac_aging_s",
+     [](const toml::node& v, SwitchConfig* c, std::string* e) {
+       return get_int<uint32_t>(v, "mac_aging_s", 1, 1000000, &c->mac_aging_s, e);
+     }},
+    {"mac_table_buckets",
+     [](const toml::node& v, SwitchConfig* c, std::string* e) {
+       return get_int<uint32_t>(v, "mac_table_buckets", 1, 1u << 24, &c->fdb_buckets, e);
+     }},
+    {"mac_limit",
+     [](const toml::node& v, SwitchConfig* c, std::string* e) {
+       return get_int<uint32_t>(v, "mac_limit", 1, 1u << 27, &c->mac_limit, e);
+     }},
+    {"socket_mode", load_socket_mode},
+    {"socket_owner", load_socket_owner},
+    {"socket_group", load_socket_group},
+    {"max_guest_memory_gib", load_max_guest_memory},
+    {"tx_retry_us", load_tx_retry},
+    {"burst",
+     [](const toml::node& v, SwitchConfig* c, std::string* e) {
+       return get_int<uint32_t>(v, "burst", 1, dp::kMaxBurst, &c->burst, e);
+     }},
+    {"port", load_ports},
+    {"link", load_links},
+};
+
+RootLoader find_root_key(std::string_view key) {
+  for (const RootKey& k : kRootKeys)
+    if (k.name == key) return k.load;
+  return nullptr;
+}
+
 }  // namespace
 
 bool load_toml(const std::string& file, SwitchConfig* out, std::string* err) {
@@ -136,96 +301,12 @@ bool load_toml(const std::string& file, SwitchConfig* out, std::string* err) {
   }
   SwitchConfig cfg = *out;
   for (auto&& [k, v] : root) {
-    const std::string key(k.str());
-    std::string s;
-    if (key == "forward") {
-      if (!get_str(v, "forward", &s, err)) return false;
-      auto f = parse_forward(s);
-      if (!f) { *err = fmt::format("forward '{}' (bridge or xconnect)", s); return false; }
-      cfg.forward = *f;
-    } else if (key == "pmd_cores") {
-      if (!get_str(v, "pmd_cores", &s, err)) return false;
-      auto c = parse_cpu_list(s);
-      if (!c) { *err = fmt::format("pmd_cores '{}' is not a CPU list", s); return false; }
-      cfg.pmd_cores = *c;
-    } else if (key == "pmd_mode") {
-      if (!get_str(v, "pmd_mode", &s, err)) return false;
-      auto m = parse_pmd_mode(s);
-      if (!m) { *err = fmt::format("pmd_mode '{}' (poll, interrupt or adaptive)", s); return false; }
-      cfg.pmd.mode = *m;
-    } else if (key == "pmd_rxq_assign") {
-      if (!get_str(v, "pmd_rxq_assign", &s, err)) return false;
-      if (s == "roundrobin") cfg.pmd.rxq_assign = dp::RxqAssign::kRoundRobin;
-      else if (s == "cycles") cfg.pmd.rxq_assign = dp::RxqAssign::kCycles;
-      else { *err = fmt::format("pmd_rxq_assign '{}' (roundrobin or cycles)", s); return false; }
-    } else if (key == "pmd_rx_writers") {
-      if (!get_str(v, "pmd_rx_writers", &s, err)) return false;
-      if (s == "follow" || s == "fixed") cfg.pmd.follow_writers = s == "follow";
-      else { *err = fmt::format("pmd_rx_writers '{}' (follow or fixed)", s); return false; }
-    } else if (key == "pmd_idle_us") {
-      if (!get_int<uint32_t>(v, "pmd_idle_us", 1, 10000000, &cfg.pmd.idle_us, err)) return false;
-    } else if (key == "flush") {
-      if (!get_str(v, "flush", &cfg.flush, err)) return false;
-    } else if (key == "control") {
-      if (!get_str(v, "control", &cfg.control_path, err)) return false;
-    } else if (key == "mac_aging_s") {
-      if (!get_int<uint32_t>(v, "mac_aging_s", 1, 1000000, &cfg.mac_aging_s, err)) return false;
-    } else if (key == "mac_table_buckets") {
-      if (!get_int<uint32_t>(v, "mac_table_buckets", 1, 1u << 24, &cfg.fdb_buckets, err)) return false;
-    } else if (key == "mac_limit") {
-      if (!get_int<uint32_t>(v, "mac_limit", 1, 1u << 27, &cfg.mac_limit, err)) return false;
-    } else if (key == "socket_mode") {
-      uint32_t m;
-      if (!get_int<uint32_t>(v, "socket_mode", 0, 0777, &m, err)) return false;
-      cfg.socket_mode = m;
-    } else if (key == "socket_owner") {
-      if (!get_str(v, "socket_owner", &s, err)) return false;
-      cfg.socket_owner = s;
-    } else if (key == "socket_group") {
-      if (!get_str(v, "socket_group", &s, err)) return false;
-      cfg.socket_group = s;
-    } else if (key == "max_guest_memory_gib") {
-      uint64_t g;
-      if (!get_int<uint64_t>(v, "max_guest_memory_gib", 1, 1u << 16, &g, err)) return false;
-      cfg.max_guest_memory = g << 30;
-    } else if (key == "tx_retry_us") {
-      uint32_t us;
-      if (!get_int<uint32_t>(v, "tx_retry_us", 0, port::kMaxTxRetryUs, &us, err)) return false;
-      cfg.tx_retry_us = us;
-    } else if (key == "burst") {
-      if (!get_int<uint32_t>(v, "burst", 1, dp::kMaxBurst, &cfg.burst, err)) return false;
-    } else if (key == "port") {
-      const toml::array* arr = v.as_array();
-      if (!arr) { *err = "'port' must be an array of tables ([[port]])"; return false; }
-      for (auto&& e : *arr) {
-        const toml::table* t = e.as_table();
-        if (!t) { *err = "'port' entries must be tables"; return false; }
-        port::VhostPortConfig pc;
-        std::string flush;
-        if (!load_port(*t, &pc, &flush, err)) return false;
-        if (!flush.empty()) cfg.port_flush[pc.name] = flush;
-        cfg.ports.push_back(pc);
-      }
-    } else if (key == "link") {
-      const toml::array* arr = v.as_array();
-      if (!arr) { *err = "'link' must be an array of tables ([[link]])"; return false; }
-      for (auto&& e : *arr) {
-        const toml::table* t = e.as_table();
-        if (!t) { *err = "'link' entries must be tables"; return false; }
-        std::string a, b;
-        for (auto&& [lk, lv] : *t) {
-          const std::string k2(lk.str());
-          if (k2 == "a") { if (!get_str(lv, "a", &a, err)) return false; }
-          else if (k2 == "b") { if (!get_str(lv, "b", &b, err)) return false; }
-          else { *err = fmt::format("unknown link key '{}' (a, b)", k2); return false; }
-        }
-        if (a.empty() || b.empty()) { *err = "every [[link]] needs a and b (port names)"; return false; }
-        cfg.links.emplace_back(a, b);
-      }
-    } else {
-      *err = fmt::format("{}: unknown key '{}'", file, key);
+    const RootLoader load = find_root_key(k.str());
+    if (!load) {
+      *err = fmt::format("{}: unknown key '{}'", file, k.str());
       return false;
     }
+    if (!load(v, &cfg, err)) return false;
   }
   *out = std::move(cfg);
   return true;

@@ -22,7 +22,7 @@ struct SwitchConfig {
   dp::PmdOptions pmd;
   std::string flush = "rx-batch";  ///< flush policy of every port (dp/flush.h)
   std::map<std::string, std::string> port_flush;  ///< port name -> its own flush policy
-  std::string control_path;    ///< empty: default_control_path()
+  std::string control_path;    ///< empty: control::default_control_path()
   uint32_t mac_aging_s = 300;
   uint32_t burst = 32;
   uint32_t fdb_buckets = 1u << 16;
@@ -44,10 +44,6 @@ void apply_port_defaults(SwitchConfig* cfg);
 
 /// Parses a socket mode "0660" / "660" (octal digits only, at most 0777).
 std::optional<uint32_t> parse_socket_mode(const std::string& s);
-
-/// /run/virtlink/virtlink.ctl for root, $XDG_RUNTIME_DIR/virtlink.ctl otherwise
-/// (falling back to /tmp/virtlink-UID.ctl).
-std::string default_control_path();
 
 /// Parses "NAME=vhost-user:PATH" or "NAME=vhost-user-client:PATH".
 std::optional<port::VhostPortConfig> parse_port_spec(const std::string& spec, std::string* err);

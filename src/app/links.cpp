@@ -147,33 +147,74 @@ LinkManager::Call LinkManager::call(vhost::Channel& ch, LinkReq req, const void*
   return Call::kOk;
 }
 
-void LinkManager::establish(Link& l) {
-  port::VhostPort& pa = *(*ports_)[l.a];
+std::string LinkManager::not_ready(const Link& l) {
   port::VhostPort& pb = *(*ports_)[l.b];
-  vhost::Backend& be = pa.backend_for_link();
-  if (!be.connected()) return set_switched(l, fmt::format("port {} is not connected", name(l.a)));
+  vhost::Backend& be = (*ports_)[l.a]->backend_for_link();
+  if (!be.connected()) return fmt::format("port {} is not connected", name(l.a));
   if (!be.memory() || !be.vring(vhost::kRxVring).ready || !be.vring(vhost::kTxVring).ready)
-    return set_switched(l, fmt::format("port {}'s rings are not ready", name(l.a)));
+    return fmt::format("port {}'s rings are not ready", name(l.a));
   if (be.vring(vhost::kRxVring).packed || be.vring(vhost::kTxVring).packed)
-    return set_switched(l, fmt::format("port {} uses packed rings, which direct links do not "
-                                       "serve yet", name(l.a)));
+    return fmt::format("port {} uses packed rings, which direct links do not serve yet", name(l.a));
   // Live migration: B's front-end would write A's guest memory without marking the dirty
   // log, so a port under migration stays switched (the pause that set LOG_ALL revoked any
   // link it had).
   if (virtio::has(be.features(), virtio::kFLogAll))
-    return set_switched(l, fmt::format("port {} is being migrated (dirty logging on)", name(l.a)));
+    return fmt::format("port {} is being migrated (dirty logging on)", name(l.a));
   for (uint32_t v = vhost::kNumVrings; v < be.num_vrings(); ++v) {
     if (be.vring(v).ready)  // a direct link serves queue pair 0 only
-      return set_switched(l, fmt::format("port {} uses several queue pairs, which direct links "
-                                         "do not serve yet", name(l.a)));
+      return fmt::format("port {} uses several queue pairs, which direct links do not serve yet",
+                         name(l.a));
   }
-  if (!pb.backend().connected())
-    return set_switched(l, fmt::format("port {} is not connected", name(l.b)));
+  if (!pb.backend().connected()) return fmt::format("port {} is not connected", name(l.b));
+  if (pb.backend().link_channel_fd() < 0)
+    return fmt::format("the front-end of port {} cannot take a direct link (a QEMU guest, DPDK, "
+                       "or a vnf with --no-direct-link): {} stays switched",
+                       name(l.b), name(l.a));
+  return "";
+}
+
+LinkManager::Call LinkManager::send_memory(vhost::Channel& ch, vhost::Backend& be,
+                                           std::string* err) {
+  const virtio::GuestMemory& mem = *be.memory();
+  struct {
+    vhost::LinkMem h;
+    vhost::MemRegion r[virtio::GuestMemory::kMaxRegions];
+  } mt{};
+  const uint32_t n = mem.region_count();
+  mt.h.nregions = n;
+  int fds[virtio::GuestMemory::kMaxRegions];
+  for (uint32_t i = 0; i < n; ++i) {
+    const virtio::MemRegionDesc& d = be.mem_region(i);
+    mt.r[i] = vhost::MemRegion{d.guest_phys_addr, d.memory_size, d.userspace_addr, d.mmap_offset};
+    fds[i] = be.mem_fd(i);
+  }
+  const auto size = static_cast<uint32_t>(sizeof mt.h + n * sizeof(vhost::MemRegion));
+  return call(ch, LinkReq::kLinkMem, &mt, size, fds, n, 8, err);
+}
+
+LinkManager::Call LinkManager::send_vring(vhost::Channel& ch, const vhost::Vring& v, uint32_t i,
+                                          std::string* err) {
+  vhost::LinkVring lv{i, v.num, v.addr.desc_user_addr, v.addr.avail_user_addr,
+                      v.addr.used_user_addr, v.q.last_avail(), 0};
+  int vfds[2];
+  uint32_t nv = 0;
+  if (v.kick.valid()) {
+    lv.flags |= vhost::kLinkVringKick;
+    vfds[nv++] = v.kick.get();
+  }
+  if (v.call.valid()) {
+    lv.flags |= vhost::kLinkVringCall;
+    vfds[nv++] = v.call.get();
+  }
+  return call(ch, LinkReq::kLinkVring, &lv, sizeof lv, vfds, nv, 8, err);
+}
+
+void LinkManager::establish(Link& l) {
+  if (std::string why = not_ready(l); !why.empty()) return set_switched(l, std::move(why));
+  port::VhostPort& pa = *(*ports_)[l.a];
+  port::VhostPort& pb = *(*ports_)[l.b];
+  vhost::Backend& be = pa.backend_for_link();
   const int cfd = pb.backend().link_channel_fd();
-  if (cfd < 0)
-    return set_switched(l, fmt::format("the front-end of port {} cannot take a direct link (a QEMU "
-                                       "guest, DPDK, or a vnf with --no-direct-link): {} stays switched",
-                                       name(l.b), name(l.a)));
   auto ch = std::make_unique<vhost::Channel>(UniqueFd(fcntl(cfd, F_DUPFD_CLOEXEC, 0)));
   std::string err;
   const uint64_t version = vhost::kLinkVersion;
@@ -188,37 +229,9 @@ void LinkManager::establish(Link& l) {
   // From here on no PMD thread touches A's rings: A leaves the switched path.
   pa.pause_for_link();
   pa.set_linked_away(true);
-  const virtio::GuestMemory& mem = *be.memory();
-  struct {
-    vhost::LinkMem h;
-    vhost::MemRegion r[virtio::GuestMemory::kMaxRegions];
-  } mt{};
-  const uint32_t n = mem.region_count();
-  mt.h.nregions = n;
-  int fds[virtio::GuestMemory::kMaxRegions];
-  for (uint32_t i = 0; i < n; ++i) {
-    const virtio::MemRegionDesc& d = be.mem_region(i);
-    mt.r[i] = vhost::MemRegion{d.guest_phys_addr, d.memory_size, d.userspace_addr, d.mmap_offset};
-    fds[i] = be.mem_fd(i);
-  }
-  c = call(*ch, LinkReq::kLinkMem, &mt, static_cast<uint32_t>(sizeof mt.h + n * sizeof(vhost::MemRegion)),
-           fds, n, 8, &err);
-  for (uint32_t i = 0; i < vhost::kNumVrings && c == Call::kOk; ++i) {
-    const vhost::Vring& v = be.vring(i);
-    vhost::LinkVring lv{i, v.num, v.addr.desc_user_addr, v.addr.avail_user_addr,
-                        v.addr.used_user_addr, v.q.last_avail(), 0};
-    int vfds[2];
-    uint32_t nv = 0;
-    if (v.kick.valid()) {
-      lv.flags |= vhost::kLinkVringKick;
-      vfds[nv++] = v.kick.get();
-    }
-    if (v.call.valid()) {
-      lv.flags |= vhost::kLinkVringCall;
-      vfds[nv++] = v.call.get();
-    }
-    c = call(*ch, LinkReq::kLinkVring, &lv, sizeof lv, vfds, nv, 8, &err);
-  }
+  c = send_memory(*ch, be, &err);
+  for (uint32_t i = 0; i < vhost::kNumVrings && c == Call::kOk; ++i)
+    c = send_vring(*ch, be.vring(i), i, &err);
   if (c == Call::kOk) {
     const vhost::LinkStart st{be.features(), pa.max_frame(), 0};
     c = call(*ch, LinkReq::kLinkStart, &st, sizeof st, nullptr, 0, 8, &err);

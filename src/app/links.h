@@ -74,7 +74,17 @@ class LinkManager final : public port::LinkHooks {
   enum class Call : uint8_t { kOk, kTimeout, kClosed, kRefused };
 
   Link* find(uint32_t port);
+  /// Tries to make `l` direct: probes B, pauses A, hands B A's memory table and rings
+  /// (vhost/link_protocol.h), then A's rings are B's; on a failure `l` stays switched (or is
+  /// revoked, when B may have started).
   void establish(Link& l);
+  /// Why `l` cannot be direct now (a port not connected, rings not ready or of a kind links
+  /// do not serve, migration, a B without a link channel); empty when it can.
+  std::string not_ready(const Link& l);
+  /// kLinkMem: A's memory regions and their fds.
+  Call send_memory(vhost::Channel& ch, vhost::Backend& be, std::string* err);
+  /// kLinkVring for A's vring `i`, with its kick and call eventfds.
+  Call send_vring(vhost::Channel& ch, const vhost::Vring& v, uint32_t i, std::string* err);
   void revoke(Link& l, const std::string& reason);
   void finish_revoke(Link& l, const vhost::Message* reply, const std::string& reason);
   Call call(vhost::Channel& ch, vhost::LinkReq req, const void* payload, uint32_t size,

@@ -4,6 +4,7 @@
 // SIGINT/SIGTERM).
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@
 
 namespace vl::app {
 
+struct SwitchView;
+
 class Switch {
  public:
   explicit Switch(SwitchConfig cfg);
@@ -27,34 +30,42 @@ class Switch {
   int run();
   void stop() { stop_.store(true); }
 
+  // What the control commands (app/ctl_commands.h) ask of the switch, on the control thread.
   /// The `ctl stats --json` document (INTERFACES.md).
   control::Json stats() const;
   control::Json ports_info() const;
-  /// `ctl fdb [PORT] [all]`: the MAC table as a JSON array of {mac, port, age_s}; at most
-  /// kFdbShown entries unless "all" (a table of a million MACs takes seconds to serialise
-  /// on the control thread, which also serves vhost-user). False with `err` for an unknown
-  /// port.
-  bool fdb_info(const control::Json& args, control::Json* out, std::string* err) const;
-  static constexpr size_t kFdbShown = 1000;
+  /// `ctl fdb`: the MAC table as a JSON array of {mac, port, age_s}, the entries of `port`
+  /// (~0u: every port's), at most `limit` of them.
+  control::Json fdb(uint32_t port, size_t limit) const;
   control::Json pmd_stats() const;
   /// `ctl pmd-rxq-show` (and the reply of `ctl pmd-rebalance`): each thread's rxqs.
   control::Json pmd_rxq_show() const;
+  /// `ctl pmd-rebalance`: the rxqs are assigned to PMD threads again now.
+  void rebalance() { pmds_->reassign(true); }
+  /// The flush policy of `port` (port::kMaxPorts: every port); PMD threads pick it up at
+  /// their next burst or check.
+  void set_flush(uint32_t port, dp::FlushPolicy p);
+  /// The index of the port named `name`.
+  std::optional<uint32_t> port_index(const std::string& name) const;
+  LinkManager& links() { return links_; }
 
  private:
+  /// Set-up, in its order: ports and tables, flush policies, the control thread's fds, the
+  /// control socket and its commands, then the ports' sockets, the PMD threads and links.
   bool setup(std::string* err);
+  void add_ports();
+  void set_flush_policies();
+  /// epoll, the 1 s timer and the signalfd (SIGINT, SIGTERM; SIGPIPE is blocked).
+  void open_event_fds();
+  void epoll_add(int fd, uint64_t key);
+  bool start_datapath(std::string* err);
   void teardown();
   /// SEND_RARP on `port` (a migrated guest): the bridge learns `mac` there.
   void announce(uint32_t port, const uint8_t mac[6]);
   void watch_port(uint32_t i);
   void on_tick();
-  port::CounterSnapshot sum_counters(uint32_t port) const;
-  /// Adds queue_age_max_ns and queue_age_histogram of output `port` to its stats object.
-  void add_queue_age(uint32_t port, control::Json* out) const;
-  /// Adds "queues": per queue pair enabled/ready flags, counters, lock and self-check
-  /// counters of `port` to its stats object.
-  void add_queues(uint32_t port, control::Json* out) const;
-  /// `ctl set-flush PORT|all POLICY`.
-  bool set_flush(const control::Json& args, control::Json* result, std::string* err);
+  /// The state the JSON views read (app/json_views.h).
+  SwitchView view() const;
 
   SwitchConfig cfg_;
   dp::SwitchTables tables_;

@@ -3,9 +3,8 @@
 
 #include <fmt/format.h>
 
-#include "app/config.h"
-#include "app/switch.h"
 #include "cli/commands.h"
+#include "control/command_table.h"
 #include "control/control_server.h"
 
 namespace vl::cli {
@@ -16,8 +15,9 @@ void add_ctl_command(CLI::App& app, CtlArgs& a) {
   CLI::App* c = app.add_subcommand("ctl", "Query or control a running switch");
   c->add_option("--control", a.control, "control socket (default /run/virtlink/virtlink.ctl)");
   c->add_flag("--json", a.json, "print the reply as JSON");
-  c->add_option("command", a.command, "stats | ports | fdb [PORT] [all] | pmd-stats | pmd-rxq-show | pmd-rebalance | set-flush PORT|all POLICY | links | link A B | unlink A B | version")->required();
+  c->add_option("command", a.command, control::command_synopsis())->required();
   c->add_option("args", a.args, "command arguments");
+  c->footer("Commands:\n" + control::command_help());
 }
 
 namespace {
@@ -65,7 +65,7 @@ void print_fdb(const Json& r, bool all) {
   for (const auto& e : r)
     fmt::print("{:<18} {:<12} {:>6}\n", e["mac"].get<std::string>(), e["port"].get<std::string>(),
                e["age_s"].get<uint32_t>());
-  if (!all && r.size() == app::Switch::kFdbShown)
+  if (!all && r.size() == control::kFdbShown)
     fmt::print("(the first {} entries: `virtlink ctl fdb [PORT] all` lists every one)\n", r.size());
 }
 
@@ -117,14 +117,12 @@ void print_link(const Json& l) {
 }  // namespace
 
 int run_ctl(const CtlArgs& a) {
-  const std::string path = a.control.empty() ? app::default_control_path() : a.control;
-  static const char* const kNoArgs[] = {"stats", "ports", "pmd-stats", "pmd-rxq-show",
-                                        "pmd-rebalance", "links", "version"};
-  for (const char* c : kNoArgs) {
-    if (a.command == c && !a.args.empty()) {
-      fmt::print(stderr, "virtlink ctl {}: takes no arguments\n", a.command);
-      return 2;
-    }
+  const std::string path = a.control.empty() ? control::default_control_path() : a.control;
+  // Checked here too, so that it is a usage error whether or not the switch runs.
+  const control::CommandSpec* spec = control::find_command(a.command);
+  if (spec && spec->max_args == 0 && !a.args.empty()) {
+    fmt::print(stderr, "virtlink ctl {}: takes no arguments\n", a.command);
+    return 2;
   }
   Json args = Json::object();
   if (!a.args.empty()) args["argv"] = a.args;

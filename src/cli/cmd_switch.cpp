@@ -67,79 +67,118 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
       ->check(CLI::IsMember({"follow", "fixed"}));
 }
 
-int run_switch(const SwitchArgs& a) {
-  app::SwitchConfig cfg;
+namespace {
+
+// The steps of run_switch: each logs its error and returns false (a usage error, exit 2).
+// The command line wins over the TOML file.
+
+/// --config, then the --port options (added after the file's ports).
+bool load_config_and_ports(const SwitchArgs& a, app::SwitchConfig* cfg) {
   std::string err;
-  if (!a.config.empty() && !app::load_toml(a.config, &cfg, &err)) {
+  if (!a.config.empty() && !app::load_toml(a.config, cfg, &err)) {
     spdlog::error("{}", err);
-    return 2;
+    return false;
   }
   for (const auto& spec : a.ports) {
     auto p = app::parse_port_spec(spec, &err);
     if (!p) {
       spdlog::error("{}", err);
-      return 2;
+      return false;
     }
-    cfg.ports.push_back(*p);
+    cfg->ports.push_back(*p);
   }
+  return true;
+}
+
+/// --offloads, --max-queues, --tx-retry-us: set on every port.
+void apply_port_options(const SwitchArgs& a, app::SwitchConfig* cfg) {
   if (!a.offloads.empty())
-    for (auto& p : cfg.ports) p.offloads = a.offloads == "on";
+    for (auto& p : cfg->ports) p.offloads = a.offloads == "on";
   if (a.max_queues)
-    for (auto& p : cfg.ports) p.max_queues = a.max_queues;
+    for (auto& p : cfg->ports) p.max_queues = a.max_queues;
   if (a.tx_retry_us >= 0) {  // the command line wins over the TOML file's global and per port
-    for (auto& p : cfg.ports) {
+    for (auto& p : cfg->ports) {
       p.tx_retry_us = static_cast<uint32_t>(a.tx_retry_us);
       p.explicit_keys |= port::kKeyTxRetry;
     }
   }
+}
+
+/// --forward and the PMD threads' options.
+bool apply_pmd_options(const SwitchArgs& a, app::SwitchConfig* cfg) {
   if (!a.pmd_rxq_assign.empty())
-    cfg.pmd.rxq_assign = a.pmd_rxq_assign == "cycles" ? dp::RxqAssign::kCycles : dp::RxqAssign::kRoundRobin;
-  if (!a.pmd_rx_writers.empty()) cfg.pmd.follow_writers = a.pmd_rx_writers == "follow";
-  if (!a.forward.empty()) cfg.forward = *app::parse_forward(a.forward);
+    cfg->pmd.rxq_assign =
+        a.pmd_rxq_assign == "cycles" ? dp::RxqAssign::kCycles : dp::RxqAssign::kRoundRobin;
+  if (!a.pmd_rx_writers.empty()) cfg->pmd.follow_writers = a.pmd_rx_writers == "follow";
+  if (!a.forward.empty()) cfg->forward = *app::parse_forward(a.forward);
   if (!a.pmd_cores.empty()) {
     auto c = parse_cpu_list(a.pmd_cores);
     if (!c) {
       spdlog::error("--pmd-cores '{}' is not a CPU list", a.pmd_cores);
-      return 2;
+      return false;
     }
-    cfg.pmd_cores = *c;
+    cfg->pmd_cores = *c;
   }
-  if (!a.pmd_mode.empty()) cfg.pmd.mode = *app::parse_pmd_mode(a.pmd_mode);
-  if (a.pmd_idle_us) cfg.pmd.idle_us = a.pmd_idle_us;
+  if (!a.pmd_mode.empty()) cfg->pmd.mode = *app::parse_pmd_mode(a.pmd_mode);
+  if (a.pmd_idle_us) cfg->pmd.idle_us = a.pmd_idle_us;
+  return true;
+}
+
+/// --flush, --control, --mac-aging, --burst, --link and the MAC table's size and limit.
+bool apply_switch_options(const SwitchArgs& a, app::SwitchConfig* cfg) {
   for (const auto& f : a.flush) {
     const size_t colon = f.find(':');
-    if (colon == std::string::npos) cfg.flush = f;
-    else cfg.port_flush[f.substr(0, colon)] = f.substr(colon + 1);
+    if (colon == std::string::npos) cfg->flush = f;
+    else cfg->port_flush[f.substr(0, colon)] = f.substr(colon + 1);
   }
-  if (!a.control.empty()) cfg.control_path = a.control;
-  if (a.mac_aging_s) cfg.mac_aging_s = a.mac_aging_s;
-  if (a.burst) cfg.burst = a.burst;
+  if (!a.control.empty()) cfg->control_path = a.control;
+  if (a.mac_aging_s) cfg->mac_aging_s = a.mac_aging_s;
+  if (a.burst) cfg->burst = a.burst;
   for (const auto& l : a.links) {
     const auto colon = l.find(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == l.size()) {
       spdlog::error("--link '{}': expected A:B (port names)", l);
-      return 2;
+      return false;
     }
-    cfg.links.emplace_back(l.substr(0, colon), l.substr(colon + 1));
+    cfg->links.emplace_back(l.substr(0, colon), l.substr(colon + 1));
   }
-  if (a.mac_table_buckets) cfg.fdb_buckets = a.mac_table_buckets;
-  if (a.mac_limit) cfg.mac_limit = a.mac_limit;
+  if (a.mac_table_buckets) cfg->fdb_buckets = a.mac_table_buckets;
+  if (a.mac_limit) cfg->mac_limit = a.mac_limit;
+  return true;
+}
+
+/// --socket-mode, --socket-owner, --socket-group, --max-guest-memory: the switch-wide
+/// defaults of every port that does not set its own (app::apply_port_defaults).
+bool apply_socket_options(const SwitchArgs& a, app::SwitchConfig* cfg) {
   if (!a.socket_mode.empty()) {
     auto m = app::parse_socket_mode(a.socket_mode);
     if (!m) {
       spdlog::error("--socket-mode '{}': octal permission bits, e.g. 0660", a.socket_mode);
-      return 2;
+      return false;
     }
-    cfg.socket_mode = *m;
+    cfg->socket_mode = *m;
   }
-  if (!a.socket_owner.empty()) cfg.socket_owner = a.socket_owner;
-  if (!a.socket_group.empty()) cfg.socket_group = a.socket_group;
-  if (a.max_guest_memory_gib) cfg.max_guest_memory = a.max_guest_memory_gib << 30;
+  if (!a.socket_owner.empty()) cfg->socket_owner = a.socket_owner;
+  if (!a.socket_group.empty()) cfg->socket_group = a.socket_group;
+  if (a.max_guest_memory_gib) cfg->max_guest_memory = a.max_guest_memory_gib << 30;
+  return true;
+}
+
+}  // namespace
+
+int run_switch(const SwitchArgs& a) {
+  app::SwitchConfig cfg;
+  if (!load_config_and_ports(a, &cfg)) return 2;
+  apply_port_options(a, &cfg);
+  if (!apply_pmd_options(a, &cfg) || !apply_switch_options(a, &cfg) ||
+      !apply_socket_options(a, &cfg))
+    return 2;
   app::apply_port_defaults(&cfg);
   if (cfg.burst > dp::kMaxBurst) {
     spdlog::error("--burst {} is above {}", cfg.burst, dp::kMaxBurst);
     return 2;
   }
+  std::string err;
   if (!app::validate(cfg, &err)) {
     spdlog::error("{}", err);
     return 2;

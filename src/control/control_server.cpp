@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "control/command_table.h"
 #include "util/log.h"
 #include "util/unix_socket.h"
 
@@ -106,6 +107,13 @@ bool ControlServer::listen(const std::string& path, std::string* err) {
   epoll_ = std::move(ep);
   path_ = path;
   return true;
+}
+
+void ControlServer::add(const CommandSpec& spec, ArgvHandler h) {
+  add(std::string(spec.name), [spec, h = std::move(h)](const Json& args, Json* r, std::string* e) {
+    std::vector<std::string> argv;
+    return check_args(spec, args, &argv, e) && h(argv, r, e);
+  });
 }
 
 void ControlServer::close() {

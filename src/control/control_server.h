@@ -22,6 +22,11 @@ namespace vl::control {
 using Json = nlohmann::json;
 /// A command: fills `result` or returns false with `*err` set.
 using Handler = std::function<bool(const Json& args, Json* result, std::string* err)>;
+/// A command of the table (control/command_table.h): gets its argument strings, checked
+/// against its row.
+using ArgvHandler =
+    std::function<bool(const std::vector<std::string>& argv, Json* result, std::string* err)>;
+struct CommandSpec;
 
 class ControlServer {
  public:
@@ -36,6 +41,10 @@ class ControlServer {
   /// and call on_ready() when it is readable.
   int fd() const { return epoll_.get(); }
   void add(const std::string& cmd, Handler h) { handlers_[cmd] = std::move(h); }
+  /// Adds the command of `spec`: a request whose arguments do not fit the row is answered
+  /// with its usage error (command_table.h check_args), and `h` is not called. The row is
+  /// copied; the text it points to must outlive the server (the table's literals do).
+  void add(const CommandSpec& spec, ArgvHandler h);
   /// Accepts new clients, reads what they sent and answers every complete request line;
   /// drops clients past their budget. Never blocks on a client's read (a reply is written
   /// with a 1 s send timeout).

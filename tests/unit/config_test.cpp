@@ -7,7 +7,10 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace vl::app {
 namespace {
@@ -100,6 +103,78 @@ TEST(ConfigToml, TxRetryGlobalAndPerPort) {
   EXPECT_NE(err.find("tx_retry_us"), std::string::npos) << err;
   std::remove(bad.c_str());
   EXPECT_EQ(port::VhostPortConfig{}.tx_retry_us, port::kDefaultTxRetryUs);
+}
+
+// Every top-level key of the TOML file lands in its setting (config.h load_toml lists them).
+TEST(ConfigToml, EveryTopLevelKey) {
+  const std::string f = write_toml(
+      "forward = \"xconnect\"\npmd_cores = \"0\"\npmd_mode = \"adaptive\"\n"
+      "pmd_rxq_assign = \"cycles\"\npmd_rx_writers = \"follow\"\npmd_idle_us = 77\n"
+      "flush = \"budget=40\"\ncontrol = \"/tmp/vl-ct.ctl\"\nmac_aging_s = 12\n"
+      "mac_table_buckets = 1024\nmac_limit = 99\nsocket_mode = 0o640\n"
+      "socket_owner = \"nobody\"\nsocket_group = \"nogroup\"\nmax_guest_memory_gib = 3\n"
+      "tx_retry_us = 7\nburst = 16\n"
+      "[[port]]\nname = \"a\"\npath = \"/tmp/vl-ct-a.sock\"\nflush = \"immediate\"\n"
+      "[[port]]\nname = \"b\"\ntype = \"vhost-user-client\"\npath = \"/tmp/vl-ct-b.sock\"\n"
+      "[[link]]\na = \"a\"\nb = \"b\"\n");
+  SwitchConfig c;
+  std::string err;
+  ASSERT_TRUE(load_toml(f, &c, &err)) << err;
+  std::remove(f.c_str());
+  EXPECT_EQ(c.forward, dp::ForwardMode::kXconnect);
+  EXPECT_EQ(c.pmd_cores, std::vector<int>{0});
+  EXPECT_EQ(c.pmd.mode, dp::PmdMode::kAdaptive);
+  EXPECT_EQ(c.pmd.rxq_assign, dp::RxqAssign::kCycles);
+  EXPECT_TRUE(c.pmd.follow_writers);
+  EXPECT_EQ(c.pmd.idle_us, 77u);
+  EXPECT_EQ(c.flush, "budget=40");
+  EXPECT_EQ(c.control_path, "/tmp/vl-ct.ctl");
+  EXPECT_EQ(c.mac_aging_s, 12u);
+  EXPECT_EQ(c.fdb_buckets, 1024u);
+  EXPECT_EQ(c.mac_limit, 99u);
+  EXPECT_EQ(c.socket_mode, 0640u);
+  EXPECT_EQ(c.socket_owner, "nobody");
+  EXPECT_EQ(c.socket_group, "nogroup");
+  EXPECT_EQ(c.max_guest_memory, uint64_t{3} << 30);
+  EXPECT_EQ(c.tx_retry_us, 7u);
+  EXPECT_EQ(c.burst, 16u);
+  ASSERT_EQ(c.ports.size(), 2u);
+  EXPECT_EQ(c.ports[0].mode, port::SocketMode::kServer);
+  EXPECT_EQ(c.ports[1].mode, port::SocketMode::kClient);
+  EXPECT_EQ(c.port_flush, (std::map<std::string, std::string>{{"a", "immediate"}}));
+  ASSERT_EQ(c.links.size(), 1u);
+  EXPECT_EQ(c.links[0], std::make_pair(std::string("a"), std::string("b")));
+}
+
+// A file with an error leaves the configuration as it was, and the message names the key.
+TEST(ConfigToml, ErrorsNameTheKeyAndChangeNothing) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"nope = 1\n", ": unknown key 'nope'"},
+      {"forward = \"hub\"\n", "forward 'hub' (bridge or xconnect)"},
+      {"forward = 1\n", "'forward' must be a string"},
+      {"pmd_cores = \"x\"\n", "pmd_cores 'x' is not a CPU list"},
+      {"pmd_mode = \"spin\"\n", "pmd_mode 'spin' (poll, interrupt or adaptive)"},
+      {"pmd_rxq_assign = \"x\"\n", "pmd_rxq_assign 'x' (roundrobin or cycles)"},
+      {"pmd_rx_writers = \"x\"\n", "pmd_rx_writers 'x' (follow or fixed)"},
+      {"burst = 65\n", "'burst' must be an integer in 1..64"},
+      {"mac_aging_s = 0\n", "'mac_aging_s' must be an integer in 1..1000000"},
+      {"port = 1\n", "'port' must be an array of tables ([[port]])"},
+      {"port = [1]\n", "'port' entries must be tables"},
+      {"[[port]]\nname = \"a\"\n", "every [[port]] needs a name and a path"},
+      {"[[port]]\nname = \"a\"\npath = \"p\"\ncolour = 1\n", "unknown port key 'colour'"},
+      {"link = 1\n", "'link' must be an array of tables ([[link]])"},
+      {"[[link]]\na = \"x\"\nc = \"y\"\n", "unknown link key 'c' (a, b)"},
+      {"[[link]]\na = \"x\"\n", "every [[link]] needs a and b (port names)"},
+  };
+  for (const auto& [text, msg] : cases) {
+    const std::string f = write_toml(std::string("flush = \"immediate\"\n") + text);
+    SwitchConfig c;
+    std::string err;
+    EXPECT_FALSE(load_toml(f, &c, &err)) << text;
+    EXPECT_NE(err.find(msg), std::string::npos) << text << ": " << err;
+    EXPECT_EQ(c.flush, "rx-batch") << text;  // untouched
+    std::remove(f.c_str());
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // control::ControlServer: connections are multiplexed, so a client slow to send its request
-// line is still answered and holds no other client; a client past its budget is dropped.
+// line is still answered and holds no other client; a client past its budget is dropped; a
+// command of the table has its arguments checked before its handler runs.
 #include "control/control_server.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +15,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "control/command_table.h"
 
 namespace vl::control {
 namespace {
@@ -156,6 +159,33 @@ TEST_F(ControlServerTest, MalformedAndUnknown) {
   send_str(b, R"({"cmd":"nope"})" "\n");
   EXPECT_NE(read_reply(b).find("unknown command 'nope'"), std::string::npos);
   close(b);
+}
+
+// A command of the table (command_table.h): its arguments are checked against its row
+// before the handler runs, once for every command; the handler gets them as strings.
+TEST_F(ControlServerTest, TableCommandArgumentsCheckedBeforeItsHandler) {
+  std::atomic<int> calls{0};
+  std::vector<std::string> seen;
+  server.add(*find_command("set-flush"), [&](const std::vector<std::string>& argv, Json* r,
+                                            std::string*) {
+    seen = argv;
+    ++calls;
+    *r = argv.size();
+    return true;
+  });
+  Json r;
+  std::string err;
+  ASSERT_TRUE(request(path, "set-flush", {{"argv", {"a", "immediate"}}}, &r, &err)) << err;
+  EXPECT_EQ(r, 2);
+  EXPECT_EQ(seen, (std::vector<std::string>{"a", "immediate"}));
+  const std::string usage =
+      "usage: set-flush PORT|all POLICY (immediate, rx-batch, interval=US, budget=US)";
+  for (const Json& args : {Json::object(), Json{{"argv", {"a"}}}, Json{{"argv", {"a", "b", "c"}}},
+                           Json{{"argv", {"a", 2}}}, Json{{"argv", "a b"}}}) {
+    EXPECT_FALSE(request(path, "set-flush", args, &r, &err)) << args;
+    EXPECT_EQ(err, usage) << args;
+  }
+  EXPECT_EQ(calls.load(), 1);
 }
 
 }  // namespace

@@ -1,0 +1,149 @@
+#include "app/ctl_commands.h"
+
+#include <cstdint>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "app/switch.h"
+#include "control/command_table.h"
+#include "dp/flush.h"
+#include "virtlink_version.h"
+
+namespace vl::app {
+
+namespace {
+
+using control::Json;
+
+bool stats(Switch& sw, const CtlArgv&, Json* out, std::string*) {
+  *out = sw.stats();
+  return true;
+}
+
+bool ports(Switch& sw, const CtlArgv&, Json* out, std::string*) {
+  *out = sw.ports_info();
+  return true;
+}
+
+/// fdb [PORT] [all]: the entries of PORT (else every port's), all of them or the first
+/// control::kFdbShown.
+bool fdb(Switch& sw, const CtlArgv& argv, Json* out, std::string* err) {
+  uint32_t port = ~0u;
+  size_t limit = control::kFdbShown;
+  for (const std::string& w : argv) {
+    if (w == "all") {
+      limit = SIZE_MAX;
+      continue;
+    }
+    if (const auto i = sw.port_index(w)) port = *i;
+    if (port == ~0u) {
+      *err = fmt::format("no port named '{}'", w);
+      return false;
+    }
+  }
+  *out = sw.fdb(port, limit);
+  return true;
+}
+
+bool pmd_stats(Switch& sw, const CtlArgv&, Json* out, std::string*) {
+  *out = sw.pmd_stats();
+  return true;
+}
+
+bool pmd_rxq_show(Switch& sw, const CtlArgv&, Json* out, std::string*) {
+  *out = sw.pmd_rxq_show();
+  return true;
+}
+
+bool pmd_rebalance(Switch& sw, const CtlArgv&, Json* out, std::string*) {
+  sw.rebalance();
+  *out = sw.pmd_rxq_show();
+  return true;
+}
+
+/// set-flush PORT|all POLICY.
+bool set_flush(Switch& sw, const CtlArgv& argv, Json* out, std::string* err) {
+  const std::string& who = argv[0];
+  const auto p = dp::parse_flush_policy(argv[1], err);
+  if (!p) return false;
+  uint32_t port = port::kMaxPorts;  // all
+  if (who != "all") {
+    const auto i = sw.port_index(who);
+    if (!i) {
+      *err = fmt::format("no port named '{}'", who);
+      return false;
+    }
+    port = *i;
+  }
+  sw.set_flush(port, *p);
+  spdlog::info("flush policy of {} set to {}", who == "all" ? "every port" : "port " + who,
+               dp::flush_policy_name(*p));
+  *out = {{"port", who}, {"flush", dp::flush_policy_name(*p)}};
+  return true;
+}
+
+bool links(Switch& sw, const CtlArgv&, Json* out, std::string*) {
+  *out = sw.links().info();
+  return true;
+}
+
+/// link A B: the front-end of B serves A's rings.
+bool link(Switch& sw, const CtlArgv& argv, Json* out, std::string* err) {
+  return sw.links().link(argv[0], argv[1], out, err);
+}
+
+bool unlink(Switch& sw, const CtlArgv& argv, Json* out, std::string* err) {
+  return sw.links().unlink(argv[0], argv[1], out, err);
+}
+
+bool version(Switch&, const CtlArgv&, Json* out, std::string*) {
+  *out = {{"version", VIRTLINK_VERSION}};
+  return true;
+}
+
+constexpr CtlCommand kHandlers[] = {
+    {"stats", stats},
+    {"ports", ports},
+    {"fdb", fdb},
+    {"pmd-stats", pmd_stats},
+    {"pmd-rxq-show", pmd_rxq_show},
+    {"pmd-rebalance", pmd_rebalance},
+    {"set-flush", set_flush},
+    {"links", links},
+    {"link", link},
+    {"unlink", unlink},
+    {"version", version},
+};
+
+const CtlCommand* find_handler(std::string_view name) {
+  for (const CtlCommand& c : kHandlers)
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+}  // namespace
+
+std::span<const CtlCommand> ctl_commands() { return kHandlers; }
+
+bool add_ctl_commands(Switch& sw, control::ControlServer* server, std::string* err) {
+  for (const CtlCommand& c : kHandlers) {
+    if (!control::find_command(c.name)) {
+      *err = fmt::format("control command '{}' has a handler but no row in the table", c.name);
+      return false;
+    }
+  }
+  for (const control::CommandSpec& spec : control::switch_commands()) {
+    const CtlCommand* c = find_handler(spec.name);
+    if (!c) {
+      *err = fmt::format("control command '{}' has no handler", spec.name);
+      return false;
+    }
+    server->add(spec, [&sw, h = c->handler](const CtlArgv& argv, Json* out, std::string* e) {
+      return h(sw, argv, out, e);
+    });
+  }
+  return true;
+}
+
+}  // namespace vl::app

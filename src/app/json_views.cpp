@@ -1,0 +1,277 @@
+#include "app/json_views.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "virtio/virtio_defs.h"
+
+namespace vl::app {
+
+namespace {
+
+std::string hex(uint64_t v) { return fmt::format("{:#x}", v); }
+
+control::Json feature_names(uint64_t f) {
+  control::Json names = control::Json::array();
+  for (int b = 0; b < 64; ++b) {
+    if (!(f & (uint64_t{1} << b))) continue;
+    const char* n = virtio::feature_name(b);
+    names.push_back(n ? std::string(n) : fmt::format("BIT_{}", b));
+  }
+  return names;
+}
+
+port::CounterSnapshot sum_counters(const SwitchView& sw, uint32_t p) {
+  port::CounterSnapshot s;
+  for (const auto& t : sw.pmds.threads()) t->forwarder().counters(p).accumulate(s);
+  sw.links.add_counters(p, s);  // what direct-link peers moved on this port's rings
+  return s;
+}
+
+/// Adds "queues": per queue pair enabled/ready flags, counters, lock and self-check
+/// counters of `port` to its stats object.
+void add_queues(const SwitchView& sw, uint32_t port, control::Json* out) {
+  const port::VhostPort& p = *sw.ports[port];
+  const vhost::Backend& b = p.backend();
+  const port::PortDp& d = p.dp();
+  control::Json qs = control::Json::array();
+  for (uint32_t q = 0; q < b.queue_pairs(); ++q) {
+    const vhost::Vring& rx = b.vring(vhost::rx_vring(q));
+    const vhost::Vring& tx = b.vring(vhost::tx_vring(q));
+    uint64_t rxp = 0, rxb = 0, txp = 0, txb = 0, nobuf = 0, handed = 0;
+    for (const auto& t : sw.pmds.threads()) {
+      const port::QueueCounters& c = t->forwarder().queue_counters(port, q);
+      handed += c.handoff_packets.load(std::memory_order_relaxed);
+      rxp += c.rx_packets.load(std::memory_order_relaxed);
+      rxb += c.rx_bytes.load(std::memory_order_relaxed);
+      txp += c.tx_packets.load(std::memory_order_relaxed);
+      txb += c.tx_bytes.load(std::memory_order_relaxed);
+      nobuf += c.no_rx_buffer.load(std::memory_order_relaxed);
+    }
+    // Shown: pair 0, pairs the front-end set up, and pairs that ever carried traffic (the
+    // counters live as long as the switch, like the port's).
+    if (q > 0 && !rx.num && !tx.num && !rxp && !txp && !nobuf) continue;
+    const port::QueueShared& rs = p.rx_shared(q);
+    const port::QueueShared& ts = p.tx_shared(q);
+    const dp::PmdThread* owner = sw.pmds.owner_of(port, q);
+    // The PMD thread that writes this receive queue (port.h PortDp::rx_for), -1 if none.
+    int writer = -1;
+    bool handed_to = false;
+    for (uint32_t t = 0; t < sw.pmds.threads().size() && t < port::kMaxPmdThreads; ++t) {
+      const port::PortDp::RxTargets& r = d.rx_for[t];
+      if (std::find(r.q, r.q + r.n, q) == r.q + r.n) continue;
+      if (r.via == port::PortDp::kDirect) writer = static_cast<int>(t);
+      else handed_to = true;
+    }
+    qs.push_back({{"queue", q},
+                  {"enabled", rx.enabled || tx.enabled},
+                  {"rx_enabled", rx.enabled},
+                  {"tx_enabled", tx.enabled},
+                  {"rx_ready", rx.ready},  // the guest's receive queue: we deliver into it
+                  {"tx_ready", tx.ready},  // the guest's transmit queue: a PMD thread polls it
+                  {"pmd", owner ? static_cast<int>(owner->index()) : -1},
+                  {"rx_packets", rxp},
+                  {"rx_bytes", rxb},
+                  {"tx_packets", txp},
+                  {"tx_bytes", txb},
+                  {"no_rx_buffer", nobuf},
+                  {"rx_writer_pmd", writer},
+                  {"rx_handoff_target", handed_to},
+                  {"handoff_packets", handed},
+                  {"concurrent_entries", rs.concurrent.load(std::memory_order_relaxed) +
+                                             ts.concurrent.load(std::memory_order_relaxed)},
+                  {"last_rx_thread", static_cast<int>(rs.last_thread.load(std::memory_order_relaxed))},
+                  {"last_tx_thread", static_cast<int>(ts.last_thread.load(std::memory_order_relaxed))}});
+  }
+  (*out)["queues"] = qs;
+}
+
+/// Adds queue_age_max_ns and queue_age_histogram of output `port` to its stats object.
+void add_queue_age(const SwitchView& sw, uint32_t port, control::Json* out) {
+  // Summed over PMD threads: each has its own intermediate queue for this port.
+  uint64_t max_ns = 0;
+  uint64_t hist[dp::QueueAgeStats::kBuckets] = {};
+  for (const auto& t : sw.pmds.threads()) {
+    const dp::QueueAgeStats& a = t->forwarder().queue_age(port);
+    max_ns = std::max(max_ns, a.max_ns.load(std::memory_order_relaxed));
+    for (uint32_t b = 0; b < dp::QueueAgeStats::kBuckets; ++b)
+      hist[b] += a.hist[b].load(std::memory_order_relaxed);
+  }
+  control::Json h = control::Json::array();
+  for (uint32_t b = 0; b < dp::QueueAgeStats::kBuckets; ++b) {
+    if (!hist[b]) continue;
+    const uint64_t edge = b + 1 < dp::QueueAgeStats::kBuckets ? dp::QueueAgeStats::upper_edge_ns(b)
+                                                              : max_ns;
+    h.push_back({edge, hist[b]});
+  }
+  (*out)["queue_age_max_ns"] = max_ns;
+  (*out)["queue_age_histogram"] = h;
+}
+
+}  // namespace
+
+control::Json stats_json(const SwitchView& sw) {
+  control::Json ports = control::Json::array();
+  for (uint32_t i = 0; i < sw.ports.size(); ++i) {
+    const port::VhostPort& p = *sw.ports[i];
+    const port::CounterSnapshot c = sum_counters(sw, i);
+    control::Json drops = control::Json::object();
+    for (uint32_t d = 0; d < port::kNumDrops; ++d)
+      drops[port::drop_name(static_cast<port::Drop>(d))] = c.drops[d];
+    control::Json soft = control::Json::object();
+    for (uint32_t k = 0; k < offload::kNumWork; ++k)
+      soft[offload::work_name(static_cast<offload::Work>(k))] = c.offload_work[k];
+    const uint64_t f = p.backend().features();
+    ports.push_back({{"name", p.config().name},
+                     {"type", p.config().mode == port::SocketMode::kServer ? "vhost-user"
+                                                                           : "vhost-user-client"},
+                     {"path", p.config().path},
+                     {"state", p.state()},
+                     {"features", hex(f)},
+                     {"feature_names", feature_names(f)},
+                     {"rx_packets", c.rx_packets},
+                     {"rx_bytes", c.rx_bytes},
+                     {"tx_packets", c.tx_packets},
+                     {"tx_bytes", c.tx_bytes},
+                     {"tx_retries", c.tx_retries},
+                     {"drops", drops},
+                     {"flush", dp::flush_policy_name(sw.tables.flush_policy(i))},
+                     {"offload", soft},
+                     {"migration",
+                      {{"logging", p.backend().logging()},
+                       {"dirty_pages_logged",
+                        p.backend().log_stats().pages_logged.load(std::memory_order_relaxed)},
+                       {"dirty_log_out_of_range",
+                        p.backend().log_stats().out_of_range.load(std::memory_order_relaxed)}}}});
+    add_queue_age(sw, i, &ports.back());
+    add_queues(sw, i, &ports.back());
+  }
+  return {{"ports", ports}};
+}
+
+control::Json ports_json(const SwitchView& sw) {
+  control::Json out = control::Json::array();
+  for (uint32_t i = 0; i < sw.ports.size(); ++i) {
+    const port::VhostPort& p = *sw.ports[i];
+    const vhost::Backend& b = p.backend();
+    control::Json vrings = control::Json::array();
+    for (uint32_t v = 0; v < b.num_vrings(); ++v) {
+      const vhost::Vring& r = b.vring(v);
+      if (v >= vhost::kNumVrings && !r.num) continue;  // pairs beyond the first, unused
+      vrings.push_back({{"index", v},
+                        {"queue", v / 2},
+                        {"enabled", r.enabled},
+                        {"role", v % 2 == 0 ? "guest-rx" : "guest-tx"},
+                        {"size", r.num},
+                        {"layout", r.packed ? "packed" : "split"},
+                        {"ready", r.ready},
+                        {"why_not", r.ready ? "" : r.why_not},
+                        {"kick", r.kick.valid() ? "eventfd" : (r.started ? "polling" : "none")},
+                        {"call", r.call.valid()}});
+    }
+    out.push_back({{"name", p.config().name},
+                   {"id", i},
+                   {"type", p.config().mode == port::SocketMode::kServer ? "vhost-user"
+                                                                         : "vhost-user-client"},
+                   {"path", p.config().path},
+                   {"state", p.state()},
+                   {"connects", p.connects()},
+                   {"messages", b.messages()},
+                   {"mtu", b.mtu()},
+                   {"mtu_config", p.config().mtu},
+                   {"max_frame", p.dp().caps.max_frame},
+                   {"features", hex(b.features())},
+                   {"protocol_features", hex(b.protocol_features())},
+                   {"mapped_bytes", b.memory() ? b.memory()->mapped_bytes() : 0},
+                   {"pmd", sw.pmds.owner_of(i) ? static_cast<int>(sw.pmds.owner_of(i)->index()) : -1},
+                   {"queue_pairs", b.queue_pairs()},
+                   {"direct_link", sw.links.role(i)},
+                   {"vrings", vrings}});
+  }
+  return out;
+}
+
+control::Json fdb_json(const SwitchView& sw, uint32_t port, size_t limit) {
+  control::Json out = control::Json::array();
+  for (const auto& e : sw.fdb.entries(sw.tables.now_s.load(), port, limit)) {
+    const uint64_t m = e.mac;
+    out.push_back({{"mac", fmt::format("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", (m >> 40) & 0xff,
+                                       (m >> 32) & 0xff, (m >> 24) & 0xff, (m >> 16) & 0xff,
+                                       (m >> 8) & 0xff, m & 0xff)},
+                   {"port", e.port < sw.ports.size() ? sw.ports[e.port]->config().name : "?"},
+                   {"age_s", e.age_s}});
+  }
+  return out;
+}
+
+control::Json pmd_stats_json(const SwitchView& sw) {
+  control::Json out = control::Json::array();
+  for (const auto& t : sw.pmds.threads()) {
+    // The thread's total first, the rxq loads after it: on a live thread the loads can
+    // only lead the total (by the frames taken in between), never trail it.
+    const uint64_t packets = t->packets();
+    const uint64_t busy = t->busy_cycles();
+    control::Json names = control::Json::array();
+    control::Json rxqs = control::Json::array();
+    // Each rxq's counters are read once, so the shares add up to 1 while the thread runs.
+    struct Sample {
+      dp::RxqId q;
+      uint64_t packets, cycles;
+    };
+    std::vector<Sample> samples;
+    uint64_t total = 0;
+    for (const dp::RxqId& q : t->rxqs()) {
+      const dp::RxqLoad& l = sw.pmds.load(q.port, q.queue);
+      samples.push_back({q, l.packets.load(std::memory_order_relaxed),
+                         l.cycles.load(std::memory_order_relaxed)});
+      total += samples.back().cycles;
+    }
+    for (const Sample& s : samples) {
+      const std::string& name = sw.ports[s.q.port]->config().name;
+      names.push_back(name);
+      rxqs.push_back({{"port", name},
+                      {"queue", s.q.queue},
+                      {"packets", s.packets},
+                      {"cycles", s.cycles},
+                      {"cycles_share",
+                       total ? static_cast<double>(s.cycles) / static_cast<double>(total) : 0.0}});
+    }
+    const uint64_t elapsed = t->elapsed_cycles();
+    out.push_back({{"pmd", t->index()},
+                   {"cpu", t->cpu()},
+                   {"mode", dp::pmd_mode_name(sw.cfg.pmd.mode)},
+                   {"rxq_assign", dp::rxq_assign_name(sw.pmds.assign_mode())},
+                   {"passes", t->passes()},
+                   {"busy_passes", t->busy_passes()},
+                   {"sleeps", t->sleeps()},
+                   {"packets", packets},
+                   {"busy_cycles", busy},
+                   {"elapsed_cycles", elapsed},
+                   {"busy_pct", elapsed ? 100.0 * static_cast<double>(busy) /
+                                              static_cast<double>(elapsed)
+                                        : 0.0},
+                   {"cycles_per_packet", packets ? static_cast<double>(busy) /
+                                                        static_cast<double>(packets)
+                                                      : 0.0},
+                   {"rxqs", names},
+                   {"rxq_loads", rxqs},
+                   {"flush_check_gap_max_ns", t->forwarder().check_gap_max_ns()}});
+  }
+  return out;
+}
+
+control::Json pmd_rxq_json(const SwitchView& sw) {
+  control::Json out = control::Json::array();
+  for (const auto& t : sw.pmds.threads()) {
+    control::Json rxqs = control::Json::array();
+    for (const dp::RxqId& q : t->rxqs())
+      rxqs.push_back({{"port", sw.ports[q.port]->config().name}, {"queue", q.queue}});
+    out.push_back({{"pmd", t->index()}, {"cpu", t->cpu()}, {"rxqs", rxqs}});
+  }
+  return {{"assign", dp::rxq_assign_name(sw.pmds.assign_mode())},
+          {"reassignments", sw.pmds.reassignments()},
+          {"pmds", out}};
+}
+
+}  // namespace vl::app

@@ -1,0 +1,44 @@
+#pragma once
+// The JSON replies of `ctl stats`, `ports`, `fdb`, `pmd-stats` and `pmd-rxq-show` (README
+// "Control"; `stats` is in INTERFACES.md), built from the switch's state on the control
+// thread. Keys are only ever added.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "app/config.h"
+#include "app/links.h"
+#include "control/control_server.h"
+#include "dp/fdb.h"
+#include "dp/forwarder.h"
+#include "dp/pmd.h"
+#include "port/vhost_port.h"
+
+namespace vl::app {
+
+/// What the views read: the running switch's state (Switch::view()).
+struct SwitchView {
+  const SwitchConfig& cfg;
+  const dp::SwitchTables& tables;
+  const dp::Fdb& fdb;
+  const dp::PmdSet& pmds;
+  const std::vector<std::unique_ptr<port::VhostPort>>& ports;
+  const LinkManager& links;
+};
+
+/// `ctl stats`: {"ports": [...]}, per port its counters summed over the PMD threads and
+/// direct-link peers, drops by reason, flush policy, queue age and "queues".
+control::Json stats_json(const SwitchView& sw);
+/// `ctl ports`: per port its connection, vhost-user state and vrings.
+control::Json ports_json(const SwitchView& sw);
+/// `ctl fdb`: [{mac, port, age_s}] for port `port` (~0u: every port), at most `limit`
+/// entries.
+control::Json fdb_json(const SwitchView& sw, uint32_t port, size_t limit);
+/// `ctl pmd-stats`: per PMD thread its passes, cycles, packets and rxq loads.
+control::Json pmd_stats_json(const SwitchView& sw);
+/// `ctl pmd-rxq-show` (and the reply of `ctl pmd-rebalance`): {assign, reassignments,
+/// pmds: [{pmd, cpu, rxqs: [{port, queue}]}]}.
+control::Json pmd_rxq_json(const SwitchView& sw);
+
+}  // namespace vl::app

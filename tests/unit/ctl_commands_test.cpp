@@ -1,0 +1,170 @@
+// The control-command table (control/command_table.h) and the switch's handlers of it
+// (app/ctl_commands.h): the help of `virtlink ctl` comes from the table, every row has its
+// handler, arguments are checked from the row, and handlers answer through the control
+// socket of a running switch.
+#include "app/ctl_commands.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "app/switch.h"
+#include "control/command_table.h"
+#include "virtlink_version.h"
+
+namespace vl::app {
+namespace {
+
+using control::Json;
+using namespace std::chrono_literals;
+
+// The positional help of `virtlink ctl --help` as it was written by hand before the table.
+TEST(CtlCommandTable, SynopsisIsTheHelpOfCtl) {
+  EXPECT_EQ(control::command_synopsis(),
+            "stats | ports | fdb [PORT] [all] | pmd-stats | pmd-rxq-show | pmd-rebalance | "
+            "set-flush PORT|all POLICY | links | link A B | unlink A B | version");
+}
+
+TEST(CtlCommandTable, HelpListsEveryCommandWithItsHelp) {
+  const std::string help = control::command_help();
+  size_t lines = 0;
+  for (const char c : help) lines += c == '\n';
+  EXPECT_EQ(lines, control::switch_commands().size());
+  for (const control::CommandSpec& c : control::switch_commands()) {
+    std::string head = "  " + std::string(c.name);
+    if (!c.args.empty()) head += " " + std::string(c.args);
+    const size_t at = help.find(head + " ");
+    ASSERT_NE(at, std::string::npos) << c.name;
+    EXPECT_TRUE(at == 0 || help[at - 1] == '\n') << c.name;
+    EXPECT_FALSE(c.help.empty()) << c.name;
+    EXPECT_EQ(help.substr(help.find(c.help, at) + c.help.size(), 1), "\n") << c.name;
+  }
+}
+
+TEST(CtlCommandTable, EveryRowHasOneHandlerAndEveryHandlerARow) {
+  std::multiset<std::string_view> rows, handlers;
+  for (const control::CommandSpec& c : control::switch_commands()) rows.insert(c.name);
+  for (const CtlCommand& c : ctl_commands()) {
+    handlers.insert(c.name);
+    EXPECT_NE(c.handler, nullptr) << c.name;
+  }
+  EXPECT_EQ(rows, handlers);
+  EXPECT_EQ(std::set<std::string_view>(rows.begin(), rows.end()).size(), rows.size());
+  Switch sw{SwitchConfig{}};
+  control::ControlServer server;
+  std::string err;
+  EXPECT_TRUE(add_ctl_commands(sw, &server, &err)) << err;
+}
+
+TEST(CtlCommandTable, ArgumentCountAndTypesFromTheRow) {
+  const control::CommandSpec& fdb = *control::find_command("fdb");
+  std::vector<std::string> argv;
+  std::string err;
+  EXPECT_TRUE(control::check_args(fdb, Json::object(), &argv, &err));
+  EXPECT_TRUE(argv.empty());
+  EXPECT_TRUE(control::check_args(fdb, {{"argv", {"a", "all"}}}, &argv, &err));
+  EXPECT_EQ(argv, (std::vector<std::string>{"a", "all"}));
+  for (const Json& bad : {Json{{"argv", {"a", "all", "x"}}}, Json{{"argv", {1}}},
+                          Json{{"argv", "a"}}, Json{{"argv", nullptr}}}) {
+    EXPECT_FALSE(control::check_args(fdb, bad, &argv, &err)) << bad;
+    EXPECT_EQ(err, "usage: fdb [PORT] [all]") << bad;
+    EXPECT_TRUE(argv.empty());
+  }
+  // Today's messages: link's is not a "usage:" one (ctl exits 1 for it, 2 for usage errors).
+  EXPECT_FALSE(control::check_args(*control::find_command("link"), {{"argv", {"a"}}}, &argv, &err));
+  EXPECT_EQ(err, "expected two port names: A B (the front-end of B serves A's rings)");
+  EXPECT_FALSE(control::check_args(*control::find_command("stats"), {{"argv", {"x"}}}, &argv, &err));
+  EXPECT_EQ(err, "usage: stats (takes no arguments)");
+  EXPECT_EQ(control::find_command("stat"), nullptr);
+}
+
+/// A switch with ports a and b (nothing connects to them) running on its own thread, and
+/// requests to its control socket.
+class RunningSwitch : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = ::testing::TempDir() + "vl-ctl-cmds-" + std::to_string(getpid());
+    std::filesystem::create_directories(dir);
+    SwitchConfig cfg;
+    for (const char* n : {"a", "b"}) {
+      port::VhostPortConfig p;
+      p.name = n;
+      p.path = dir + "/" + n + ".sock";
+      cfg.ports.push_back(p);
+    }
+    cfg.pmd.mode = dp::PmdMode::kInterrupt;  // the PMD thread sleeps: nothing to poll
+    cfg.control_path = dir + "/ctl";
+    sw = std::make_unique<Switch>(std::move(cfg));
+    loop = std::thread([this] { rc = sw->run(); });
+    for (int i = 0; i < 250 && !std::filesystem::exists(dir + "/ctl"); ++i)
+      std::this_thread::sleep_for(20ms);
+    ASSERT_TRUE(std::filesystem::exists(dir + "/ctl"));
+  }
+  void TearDown() override {
+    sw->stop();
+    loop.join();
+    EXPECT_EQ(rc, 0);
+    sw.reset();
+    std::filesystem::remove_all(dir);
+  }
+  bool ctl(const std::string& cmd, const std::vector<std::string>& argv, Json* out,
+           std::string* err) {
+    Json args = Json::object();
+    if (!argv.empty()) args["argv"] = argv;
+    return control::request(dir + "/ctl", cmd, args, out, err);
+  }
+
+  std::string dir;
+  std::unique_ptr<Switch> sw;
+  std::thread loop;
+  int rc = -1;
+};
+
+TEST_F(RunningSwitch, UnknownCommandListsTheTable) {
+  Json r;
+  std::string err;
+  EXPECT_FALSE(ctl("stat", {}, &r, &err));
+  EXPECT_EQ(err, "unknown command 'stat' (commands: fdb, link, links, pmd-rebalance, "
+                 "pmd-rxq-show, pmd-stats, ports, set-flush, stats, unlink, version)");
+}
+
+TEST_F(RunningSwitch, WrongArgumentCountIsAUsageError) {
+  Json r;
+  std::string err;
+  EXPECT_FALSE(ctl("set-flush", {"b"}, &r, &err));
+  EXPECT_EQ(err, "usage: set-flush PORT|all POLICY (immediate, rx-batch, interval=US, budget=US)");
+  EXPECT_FALSE(ctl("fdb", {"a", "all", "x"}, &r, &err));
+  EXPECT_EQ(err, "usage: fdb [PORT] [all]");
+  EXPECT_FALSE(ctl("version", {"x"}, &r, &err));
+  EXPECT_EQ(err, "usage: version (takes no arguments)");
+  EXPECT_FALSE(ctl("unlink", {}, &r, &err));
+  EXPECT_EQ(err, "expected two port names: A B (the front-end of B serves A's rings)");
+}
+
+TEST_F(RunningSwitch, HandlersThroughTheTable) {
+  Json r;
+  std::string err;
+  ASSERT_TRUE(ctl("version", {}, &r, &err)) << err;
+  EXPECT_EQ(r, Json({{"version", VIRTLINK_VERSION}}));
+  ASSERT_TRUE(ctl("set-flush", {"b", "interval=30"}, &r, &err)) << err;
+  EXPECT_EQ(r, Json({{"port", "b"}, {"flush", "interval=30"}}));
+  ASSERT_TRUE(ctl("stats", {}, &r, &err)) << err;
+  ASSERT_EQ(r["ports"].size(), 2u);
+  EXPECT_EQ(r["ports"][0]["flush"], "rx-batch");
+  EXPECT_EQ(r["ports"][1]["flush"], "interval=30");
+  EXPECT_FALSE(ctl("set-flush", {"zz", "immediate"}, &r, &err));
+  EXPECT_EQ(err, "no port named 'zz'");
+  EXPECT_FALSE(ctl("fdb", {"zz"}, &r, &err));
+  EXPECT_EQ(err, "no port named 'zz'");
+  ASSERT_TRUE(ctl("fdb", {"a", "all"}, &r, &err)) << err;
+  EXPECT_EQ(r, Json::array());
+}
+
+}  // namespace
+}  // namespace vl::app
