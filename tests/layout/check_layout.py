@@ -5,7 +5,7 @@
    (section "Design", "Layers depend downward only": columns layer | directory | may include |
    what). A file of layer L may include its own layer and the layers in L's "may include"
    column only. The table itself must be acyclic and closed (a layer lists what its layers
-   list).
+   list), and the table in docs/architecture.md ("Layers") must say the same.
 2. Function length: no function body in src/ longer than MAX_FUNCTION_LINES lines, counted
    from the line of its opening brace to the line of its closing one (a brace-matching
    scanner that skips comments, string and character literals; lambdas count in the
@@ -83,6 +83,33 @@ def read_layers(readme):
     if not layers:
         raise ValueError(f"{readme}: the layer table has no rows")
     return layers
+
+
+def doc_table_errors(root, layers):
+    """docs/architecture.md's layer table (section "Layers") must say what README.md's does."""
+    doc = root / "docs" / "architecture.md"
+    if not doc.exists():
+        return []
+    text = doc.read_text()
+    if "\n## Layers" not in text:
+        return [f"{doc.relative_to(root)}: no '## Layers' section"]
+    section = text[text.index("\n## Layers"):]
+    tmp = "Layers depend downward only\n" + section.split("\n## ", 2)[1]
+    with tempfile.TemporaryDirectory() as d:
+        p = pathlib.Path(d) / "architecture.md"
+        p.write_text(tmp)
+        try:
+            theirs = read_layers(p)
+        except ValueError as e:
+            return [f"docs/architecture.md: {str(e).split(': ', 1)[1]}"]
+    errs = []
+    for name in sorted(layers.keys() | theirs.keys()):
+        ours, doc_row = layers.get(name), theirs.get(name)
+        if ours != doc_row:
+            show = lambda r: "no row" if r is None else f"src/{r[0]}/, may include {sorted(r[1])}"
+            errs.append(f"docs/architecture.md: layer {name}: {show(doc_row)}; "
+                        f"README.md: {show(ours)}")
+    return errs
 
 
 def table_errors(layers):
@@ -269,7 +296,7 @@ def check(root, known_includes, known_long):
         layers = read_layers(root / "README.md")
     except ValueError as e:
         return None, [str(e)]
-    errs = table_errors(layers)
+    errs = table_errors(layers) + doc_table_errors(root, layers)
     inc, inc_used = include_errors(root, layers, known_includes)
     fun, fun_used = length_errors(root, known_long, MAX_FUNCTION_LINES)
     stale = [f"{f}: known include of {h} no longer found: remove it from KNOWN_INCLUDES"
