@@ -1,26 +1,7 @@
 #pragma once
-// The direct-link channel (docs/direct-link.md): how the switch hands the front-end of one
-// port ("B", a virtlink vnf/gen) the memory, rings and eventfds of another port ("A"), so
-// that B serves A's rings itself as the VM holding a vhost-pci device did.
-//
-// Set-up. The switch offers the private protocol feature kProtoVlDirectLink. A virtlink
-// front-end that can serve a link acknowledges it and then sends kReqVlLinkChannel on the
-// vhost-user socket; the reply (u64 0) carries one fd: B's end of a socketpair the switch
-// created. The switch never receives a socket from a front-end (channel.cpp refuses them),
-// and a front-end that never asked for the channel (QEMU, DPDK, an old virtlink) is never
-// sent a link: it stays switched.
-//
-// On the channel the switch sends requests (vhost-user framing: MsgHeader, payload, fds
-// with SCM_RIGHTS; kFlagNeedReply set) and B answers each with a reply of the same request
-// code and kFlagReply: a u64 status (0 = done) for every request but kLinkStop, whose
-// reply is LinkStopReply. Requests, in order:
-//   kLinkProbe   u64 version (kLinkVersion)             "can you take a link now?"
-//   kLinkMem     LinkMem + nregions fds                  A's memory table
-//   kLinkVring   LinkVring + 0..2 fds (kick, call)       one of A's vrings, twice
-//   kLinkStart   LinkStart                               B starts serving A's rings
-//   kLinkStop    u64 0                                   B stops, unmaps, closes the fds
-// A request B cannot honour gets a non-zero status; the switch then sends kLinkStop and
-// keeps A switched.
+// The direct-link channel's wire format: how the switch hands the front-end of one port
+// ("B", a virtlink vnf) the memory, rings and eventfds of another port ("A"). Set-up,
+// message order and replies: docs/direct-link.md, "The channel".
 #include <cstdint>
 
 namespace vl::vhost {
