@@ -14,6 +14,22 @@ namespace vl::app {
 
 using vhost::LinkReq;
 
+namespace {
+/// The switch's drop reason for a reason B reports on a link (wire values, link_protocol.h).
+constexpr port::Drop port_drop(vhost::LinkDrop d) {
+  switch (d) {
+    case vhost::LinkDrop::kNoRxBuffer: return port::Drop::kNoRxBuffer;
+    case vhost::LinkDrop::kBadDescriptor: return port::Drop::kBadDescriptor;
+    case vhost::LinkDrop::kBadHeader: return port::Drop::kBadHeader;
+    case vhost::LinkDrop::kTooBig: return port::Drop::kTooBig;
+    case vhost::LinkDrop::kRingBroken: return port::Drop::kRingBroken;
+    case vhost::LinkDrop::kNoDestination: return port::Drop::kNoDestination;
+    case vhost::LinkDrop::kCount: break;
+  }
+  return port::Drop::kCount;
+}
+}  // namespace
+
 const char* LinkManager::state_name(State s) {
   switch (s) {
     case State::kSwitched: return "switched";
@@ -290,7 +306,10 @@ void LinkManager::finish_revoke(Link& l, const vhost::Message* reply, const std:
     s.rx_bytes += r.counters.rx_bytes;
     s.tx_packets += r.counters.tx_packets;
     s.tx_bytes += r.counters.tx_bytes;
-    for (uint32_t d = 0; d < port::kNumDrops && d < vhost::kLinkDrops; ++d) s.drops[d] += r.counters.drops[d];
+    for (uint32_t d = 0; d < vhost::kLinkDrops; ++d) {
+      const port::Drop to = port_drop(static_cast<vhost::LinkDrop>(d));
+      s.drops[static_cast<uint32_t>(to)] += r.counters.drops[d];
+    }
   }
   ++busy_;
   pa.pause_for_link();

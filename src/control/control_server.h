@@ -1,12 +1,7 @@
 #pragma once
-// The control socket: a Unix stream socket on which `virtlink ctl` (or any script) sends
-// one JSON request line and reads one JSON reply line.
-//   request: {"cmd": "stats", "args": {...}}
-//   reply:   {"ok": true, "result": ...}  or  {"ok": false, "error": "why"}
-// The socket file is created with mode 0600. Requests are served on the switch's control
-// thread; connections are multiplexed (epoll), so a client that is slow to send its line
-// (descheduled, or hostile) holds no other: each has kRequestBudgetMs from accept to
-// deliver its request line, at most kMaxPending wait at once (the oldest is dropped).
+// The control socket (ControlServer): one JSON request line in, one JSON reply line out,
+// served on the switch's control thread. Protocol and limits: docs/architecture.md,
+// "Control socket".
 #include <cstdint>
 #include <functional>
 #include <map>

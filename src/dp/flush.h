@@ -1,26 +1,8 @@
 #pragma once
-// Output batching: the flush policies of the intermediate queues (one queue per PMD thread
-// and output port, dp/forwarder.h) and the decisions of when a queue is delivered.
-//
-// Policies (INTERFACES.md --flush, `virtlink ctl set-flush PORT|all POLICY`):
-//   immediate     no gathering: each frame is delivered as it is classified (one used-ring
-//                 update, and possibly one notification, per frame);
-//   rx-batch      frames are gathered per output port during one receive burst and
-//                 delivered at its end (the default; OVS's tx-flush-interval=0);
-//   interval=US   a queue is held until its oldest frame is US microseconds old (checked
-//                 after every receive burst and every poll loop, so a frame waits at most
-//                 US plus one poll loop), or until a full burst is gathered; like OVS's
-//                 tx-flush-interval;
-//   budget=US     a latency budget: a queue is delivered when its oldest frame would
-//                 otherwise exceed US microseconds before the next check (the check
-//                 predicts the gap to the next one from the recent poll loops), or as soon
-//                 as a full burst is gathered.
-// Under every policy the queues are delivered before the PMD thread sleeps (interrupt and
-// adaptive PMD modes), when a port they involve pauses, and when the thread stops: no frame
-// waits for the next frame.
-//
-// Everything here takes times as arguments (ns of any monotonic clock), so the decisions
-// are tested with a fake clock (tests/unit/flush_test.cpp).
+// Output batching: the flush policies of the intermediate queues (one per PMD thread and
+// output port, dp/forwarder.h) and the decisions of when a queue is delivered. Times are
+// arguments (ns of any monotonic clock), so tests/unit/flush_test.cpp uses a fake clock.
+// Design: docs/architecture.md, "Output batching and flush".
 #include <atomic>
 #include <cstdint>
 #include <optional>

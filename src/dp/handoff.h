@@ -1,27 +1,7 @@
 #pragma once
-// The lock-free handoff between PMD threads: how a frame reaches a guest receive queue that
-// another PMD thread writes.
-//
-// Every enabled guest receive queue has exactly one writer, a PMD thread (port/port.h
-// PortDp::build_rx_targets). When a port has fewer enabled receive queues than there are
-// PMD threads (single-queue guests and 2 PMD threads, the common case), the threads that
-// write none of its queues hand their frames for it to a writer instead of taking a lock:
-// the frame is copied into a single-producer single-consumer ring from the handing thread
-// to the writer, the sender's chain goes back to the sender at once, and the writer copies
-// the frame into the guest at its next pass. Nothing in a record points into guest memory,
-// so a record outlives any change of its sender; one of its receiver is caught by the
-// port's datapath generation (PortDp::gen) carried in the record.
-//
-// Cost: a handed-off frame is copied twice (into the ring, then into the guest) instead of
-// once, and the writer does the second copy. One release store of the write position per
-// handed-off batch and one acquire load per pass on the writer's side; an eventfd write
-// only when the writer sleeps (interrupt/adaptive mode).
-//
-// Layout: a byte ring of kBytes (power of two). A record is a HandoffRecord header and the
-// frame's bytes, padded to 64 bytes; a record never wraps: when one does not fit before the
-// end, a pad record (len = kPad) fills the end and the record starts at offset 0.
-// Positions are free-running 64-bit byte counts; the producer owns `head_`, the consumer
-// `tail_`, each on its own cache line.
+// The lock-free handoff ring between two PMD threads (HandoffRing): how a frame reaches a
+// guest receive queue that another PMD thread writes. Design, record layout and cost:
+// docs/architecture.md, "Writers and handoff".
 #include <sys/eventfd.h>
 
 #include <atomic>
@@ -51,7 +31,7 @@ struct HandoffRecord {
 };
 static_assert(sizeof(HandoffRecord) == 40);
 
-/// The SPSC ring from one PMD thread (producer) to another (consumer). See the file comment.
+/// The SPSC ring from one PMD thread (producer) to another (consumer): docs/architecture.md.
 class HandoffRing {
  public:
   /// Ring size in bytes: 2 MiB (16384 frames of 64 bytes, 1310 of 1518, 31 of 64 KiB: about

@@ -1,51 +1,7 @@
 #pragma once
-// PMD threads: each polls the rxqs assigned to it, an rxq being (port, queue pair): the
-// guest's transmit queue of that pair, and forwards with its own Forwarder. Each rxq is
-// served by exactly one thread at a time.
-// Assignment (--pmd-rxq-assign, like OVS pmd-rxq-assign): `roundrobin` deals the rxqs, in
-// (port, queue) order, to the threads in turn; `cycles` sorts them by the TSC cycles they
-// took since the previous assignment (measured with one TSC read after each non-empty
-// burst: the cycles since the previous read in that pass, so an idle poll's few cycles go
-// to the next busy rxq) and gives each to the thread with the least load so far. The
-// assignment is recomputed when an rxq appears or disappears (a port's queue pair becomes
-// ready or not, PortDp) and on demand (`virtlink ctl pmd-rebalance`).
-// A change is safe with held frames (frames in intermediate queues point into their
-// sender's memory and their chains go back to the queue they came from, retire order):
-//   1. every thread that loses rxqs is posted its old list minus them; at its next
-//      quiescent point it delivers every intermediate queue (Forwarder::flush_all, which
-//      returns every chain it took to its sender) and only then switches lists and acks;
-//   2. once all have acked, threads that gain rxqs are posted their new list.
-// So no rxq is ever polled by two threads, and no chain crosses threads. Kick eventfds move
-// between the threads' epoll sets in the same two steps.
-// Modes (INTERFACES.md --pmd-mode):
-//   poll       busy-poll forever;
-//   interrupt  after an empty pass, enable kicks, re-check, and sleep in epoll on the kick
-//              eventfds (plus a wake-up eventfd for control changes);
-//   adaptive   busy-poll while traffic flows, sleep as in interrupt mode after
-//              `idle_us` microseconds without a packet.
-// Quiescence: each pass starts with a seq_cst increment of `passes`; a sleeping thread sets
-// `sleeping`. Output batching (dp/flush.h) may hold frames across passes (pointers into
-// their sender's memory, to be written into their receiver's ring): right after each
-// increment the thread checks the ports its queues involve and delivers every queue if one
-// of them is paused (Forwarder::release_paused), and it delivers every queue before it
-// sleeps. So the control thread, after clearing a port's `active`, waits for two increments
-// (the second one follows a check that saw the port paused) or for the thread to sleep
-// before touching the port.
-// Handoff (dp/handoff.h): each pass also delivers the frames other threads handed to this
-// one (Forwarder::drain_handoffs); a thread does not sleep while any are waiting, and a
-// thread that hands frames to a sleeping one wakes it.
-// Writers follow traffic (--pmd-rx-writers follow; default fixed): once a control tick, for
-// each port with fewer enabled receive queues than threads, the thread that routed the most
-// frames to it in the last tick becomes the writer of its first queue, if it routed more
-// than twice as many as the current writer (and at least kMinFramesToMove): its frames then
-// need no handoff. The move is a pause and resume of the port's datapath view, so frames
-// routed to the port during it (a few milliseconds) are dropped as no_destination: hence
-// not the default, which never loses a frame it has room for.
-// Watchdog: a pass never waits on a front-end, but a front-end can make the one write a
-// PMD thread does to its fds (the call eventfd) block forever. A thread that is awake and
-// has not finished a pass for 10 ms while the control thread waits for it, or for a whole
-// control tick, gets kInterruptSignal; the blocked write fails with EINTR and that queue
-// stops (DeviceQueue::signal).
+// PMD threads (PmdThread: polls its rxqs and forwards with its own Forwarder) and the set of
+// them (PmdSet: rxq assignment, receive-queue writers, the quiescence wait, the watchdog).
+// Design: docs/architecture.md, "PMD threads", "Quiescence", "Writers and handoff".
 #include <signal.h>
 
 #include <atomic>
@@ -215,7 +171,7 @@ class PmdSet final : public port::Quiescer {
   void watchdog();
   /// Also recomputes the assignment when the set of rxqs changed.
   void ports_changed() override;
-  /// Writers follow traffic (see the file comment); control thread, once a tick. Returns
+  /// Writers follow traffic (docs/architecture.md); control thread, once a tick. Returns
   /// the number of ports whose writers moved.
   uint32_t place_rx_writers();
   uint64_t writer_moves() const { return writer_moves_; }

@@ -1,9 +1,6 @@
 #pragma once
-// Logging: spdlog to stderr, with a rate limiter for messages a guest can trigger.
-//
-// Anything whose frequency a front-end (guest or container) controls must go through
-// VL_LOG_RL so that a hostile peer cannot flood the log: at most `burst` messages per
-// second per call site, and a count of the suppressed ones on the next message.
+// Logging: spdlog to stderr, and VL_LOG_RL, the rate-limited log for anything whose
+// frequency a front-end controls. docs/architecture.md, "The vhost-user back-end".
 #include <spdlog/spdlog.h>
 
 #include <atomic>

@@ -1,14 +1,8 @@
 #pragma once
-// A watchdog for one polling thread that writes to fds a peer controls. A front-end shares
-// the open file description of the call eventfds it hands over, so it can make our write
-// block forever (clear O_NONBLOCK and fill the counter, or hand over a pipe it never
-// reads). The watchdog thread samples the polling thread's progress counter every
-// `period_ms`; when it has not moved for `limit_ms` it sends that thread `sig` (installed
-// with a handler that does nothing and without SA_RESTART), so the blocked write fails
-// with EINTR and the caller stops using that fd (virtio::DeviceQueue::signal).
-// The switch's PMD threads are watched by the control thread instead (dp/pmd.h); this class
-// serves processes with no control loop of their own (`virtlink vnf` serving a direct
-// link's peer rings).
+// A watchdog for one polling thread that writes to fds a peer controls (StallWatchdog):
+// signals the thread when its progress counter stalls, so a blocked write fails with EINTR.
+// Used by `virtlink vnf`; the switch's PMD threads are watched by the control thread.
+// docs/architecture.md, "Quiescence" (watchdog).
 #include <pthread.h>
 #include <signal.h>
 

@@ -1,25 +1,8 @@
 #pragma once
-// The vhost-user back-end (device side) of one connection: it answers a front-end (QEMU,
-// DPDK virtio-user, virtlink's own front-end) and keeps the device state the datapath
-// reads. QEMU docs/interop/vhost-user.rst is the reference for every message.
-//
-// Multiqueue (vhost-user.rst "Multiple queue support"; QEMU hw/virtio/vhost-user.c): with
-// VHOST_USER_PROTOCOL_F_MQ the front-end asks GET_QUEUE_NUM; QEMU with queues=N drives one
-// vhost_dev per queue pair over this one socket, so GET_FEATURES/SET_FEATURES and the
-// protocol-feature handshake arrive once per pair (always with the same value), while the
-// one-time requests (SET_OWNER, RESET_OWNER, SET_MEM_TABLE, GET_QUEUE_NUM, NET_SET_MTU) come
-// only from the first; the vring requests carry absolute vring indices (2q, 2q+1). Each ring
-// is enabled or disabled by SET_VRING_ENABLE on its own.
-//
-// Security model. The socket and everything it carries are untrusted. Every message goes
-// through one gate before its handler (see kSpecs in backend.cpp): version bits, a known
-// request, the exact payload size for that request, and no more fds than it may carry.
-// Handlers then validate each field (vring index over the full 32/64 bits, queue size a
-// power of two <= 32768, memory regions that neither overflow nor overlap, ring addresses
-// that translate). A message that fails gets an error reply when REPLY_ACK allows it;
-// otherwise the connection is closed. Either way, only this connection is affected, every
-// fd the message carried is closed, and state is unchanged (SET_MEM_TABLE keeps the old
-// table).
+// The vhost-user back-end (device side) of one connection: answers a front-end (QEMU, DPDK
+// virtio-user, virtlink's own front-end) and keeps the device state the datapath reads.
+// Reference: QEMU docs/interop/vhost-user.rst. Multiqueue and the security model:
+// docs/architecture.md, "The vhost-user back-end".
 #include <cstdint>
 #include <memory>
 #include <string>

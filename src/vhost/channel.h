@@ -1,8 +1,8 @@
 #pragma once
-// A vhost-user socket endpoint: reads and writes whole messages with the fds they carry
-// (SCM_RIGHTS), without ever reading past one message or trusting its size field.
-// Used by both the back-end (non-blocking, from the control thread's event loop) and the
-// front-end (blocking with a timeout).
+// A vhost-user socket endpoint (Channel): reads and writes whole messages with the fds they
+// carry (SCM_RIGHTS), never reading past one message or trusting its size field. Used by
+// the back-end (non-blocking, on the control thread) and the front-end (blocking with a
+// timeout). docs/architecture.md, "The vhost-user back-end".
 #include <cstdint>
 #include <string>
 

@@ -1,8 +1,7 @@
 #pragma once
-// The vhost-user front-end (driver side): what QEMU or DPDK virtio-user do, for virtlink's
-// own traffic generator and VNF. It connects to (or accepts) a back-end socket, negotiates
-// features, shares its driver memory (one memfd) and sets up queue pair 0, following the
-// message order QEMU uses (vhost-user.rst "Starting and stopping rings").
+// The vhost-user front-end (driver side) for virtlink's generator and VNF: connects to (or
+// accepts) a back-end socket, negotiates features, shares its driver memory and sets up
+// queue pair 0. docs/architecture.md, "The vhost-user back-end".
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -1,26 +1,7 @@
 #pragma once
-// The direct-link channel (docs/direct-link.md): how the switch hands the front-end of one
-// port ("B", a virtlink vnf/gen) the memory, rings and eventfds of another port ("A"), so
-// that B serves A's rings itself as the VM holding a vhost-pci device did.
-//
-// Set-up. The switch offers the private protocol feature kProtoVlDirectLink. A virtlink
-// front-end that can serve a link acknowledges it and then sends kReqVlLinkChannel on the
-// vhost-user socket; the reply (u64 0) carries one fd: B's end of a socketpair the switch
-// created. The switch never receives a socket from a front-end (channel.cpp refuses them),
-// and a front-end that never asked for the channel (QEMU, DPDK, an old virtlink) is never
-// sent a link: it stays switched.
-//
-// On the channel the switch sends requests (vhost-user framing: MsgHeader, payload, fds
-// with SCM_RIGHTS; kFlagNeedReply set) and B answers each with a reply of the same request
-// code and kFlagReply: a u64 status (0 = done) for every request but kLinkStop, whose
-// reply is LinkStopReply. Requests, in order:
-//   kLinkProbe   u64 version (kLinkVersion)             "can you take a link now?"
-//   kLinkMem     LinkMem + nregions fds                  A's memory table
-//   kLinkVring   LinkVring + 0..2 fds (kick, call)       one of A's vrings, twice
-//   kLinkStart   LinkStart                               B starts serving A's rings
-//   kLinkStop    u64 0                                   B stops, unmaps, closes the fds
-// A request B cannot honour gets a non-zero status; the switch then sends kLinkStop and
-// keeps A switched.
+// The direct-link channel's wire format: how the switch hands the front-end of one port
+// ("B", a virtlink vnf) the memory, rings and eventfds of another port ("A"). Set-up,
+// message order and replies: docs/direct-link.md, "The channel".
 #include <cstdint>
 
 namespace vl::vhost {
@@ -78,11 +59,37 @@ struct LinkStart {
 };
 static_assert(sizeof(LinkStart) == 16);
 
+/// Why B dropped a frame of a link: the index into LinkCounters::drops. Fixed wire values
+/// (docs/direct-link.md, LINK_STOP); the switch maps each to its own drop reason
+/// (app/links.cpp). The names are the keys of `ctl stats --json` drops.
+enum class LinkDrop : uint32_t {
+  kNoRxBuffer = 0,     ///< no_rx_buffer: A's receive queue had no buffer posted
+  kBadDescriptor = 1,  ///< bad_descriptor: malformed chain on A's transmit queue
+  kBadHeader = 2,      ///< bad_header: too short, or asks for an offload (not carried)
+  kTooBig = 3,         ///< too_big: above A's largest frame or receive buffers
+  kRingBroken = 4,     ///< ring_broken: one of A's queues stopped
+  kNoDestination = 5,  ///< no_destination: not counted by B today; keeps its slot
+  kCount = 6,
+};
+inline constexpr uint32_t kLinkDrops = static_cast<uint32_t>(LinkDrop::kCount);
+
+/// The snake_case name of a link drop reason ("?" for kCount).
+constexpr const char* link_drop_name(LinkDrop d) {
+  switch (d) {
+    case LinkDrop::kNoRxBuffer: return "no_rx_buffer";
+    case LinkDrop::kBadDescriptor: return "bad_descriptor";
+    case LinkDrop::kBadHeader: return "bad_header";
+    case LinkDrop::kTooBig: return "too_big";
+    case LinkDrop::kRingBroken: return "ring_broken";
+    case LinkDrop::kNoDestination: return "no_destination";
+    case LinkDrop::kCount: break;
+  }
+  return "?";
+}
+
 /// Counters of one link as B saw them, in the switch's direction terms for port A:
-/// rx = frames B took from A's transmit queue, tx = frames B put into A's receive queue.
-/// Drops use port::Drop's order (no_rx_buffer, bad_descriptor, bad_header, too_big,
-/// ring_broken, no_destination).
-inline constexpr uint32_t kLinkDrops = 6;  ///< drop reasons on the wire (port::Drop's first 6)
+/// rx = frames B took from A's transmit queue, tx = frames B put into A's receive queue;
+/// drops are indexed by LinkDrop.
 struct LinkCounters {
   uint64_t rx_packets, rx_bytes, tx_packets, tx_bytes;
   uint64_t drops[kLinkDrops];

@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "port/port.h"
 #include "util/log.h"
 #include "vhost/backend.h"
 #include "virtio/virtio_defs.h"
@@ -17,10 +16,10 @@ namespace vl::vnf {
 
 using namespace vl::virtio;
 using vhost::LinkReq;
-using port::Drop;
+using vhost::LinkDrop;
 
 namespace {
-constexpr uint32_t idx(Drop d) { return static_cast<uint32_t>(d); }
+constexpr uint32_t idx(LinkDrop d) { return static_cast<uint32_t>(d); }
 }  // namespace
 
 DirectLink::DirectLink()
@@ -223,7 +222,7 @@ uint32_t DirectLink::receive(BufferPool& pool, uint32_t hdr_len, uint32_t* bufs,
   const int pending = q.pending();
   if (pending <= 0) {
     if (pending < 0) {
-      count_drop(idx(Drop::kRingBroken));
+      count_drop(idx(LinkDrop::kRingBroken));
       VL_LOG_RL(spdlog::level::err, "direct link: the peer's transmit queue is broken (avail "
                                     "index ran more than a queue ahead); stopped");
     }
@@ -244,9 +243,9 @@ uint32_t DirectLink::receive(BufferPool& pool, uint32_t hdr_len, uint32_t* bufs,
         if (!split_tx_chain(arena, ch, hdr_len_, &f) || f.hdr.flags != 0 ||
             f.hdr.gso_type != kNetHdrGsoNone) [[unlikely]] {
           // Too short, or asks for checksum/segmentation offload: not carried on a link.
-          count_drop(idx(Drop::kBadHeader));
+          count_drop(idx(LinkDrop::kBadHeader));
         } else if (f.len > room) [[unlikely]] {
-          count_drop(idx(Drop::kTooBig));
+          count_drop(idx(LinkDrop::kTooBig));
         } else {
           uint32_t b = 0;
           pool.get(&b);  // n <= available
@@ -262,8 +261,8 @@ uint32_t DirectLink::receive(BufferPool& pool, uint32_t hdr_len, uint32_t* bufs,
         arena.used = ch.seg_begin;  // the frame is copied: its segments can be reused
         break;
       }
-      case PopStatus::kBadChain: count_drop(idx(Drop::kBadDescriptor)); break;
-      case PopStatus::kTooBig: count_drop(idx(Drop::kTooBig)); break;
+      case PopStatus::kBadChain: count_drop(idx(LinkDrop::kBadDescriptor)); break;
+      case PopStatus::kTooBig: count_drop(idx(LinkDrop::kTooBig)); break;
       default: break;
     }
   }
@@ -279,11 +278,11 @@ bool DirectLink::deliver(const uint8_t* frame, uint32_t len) {
   DeviceQueue& q = q_[0];
   if (!active_) return false;
   if (q.broken()) {
-    count_drop(idx(Drop::kRingBroken));
+    count_drop(idx(LinkDrop::kRingBroken));
     return false;
   }
   if (len > max_frame_) [[unlikely]] {
-    count_drop(idx(Drop::kTooBig));
+    count_drop(idx(LinkDrop::kTooBig));
     return false;
   }
   const Segment seg{const_cast<uint8_t*>(frame), len};
@@ -294,10 +293,10 @@ bool DirectLink::deliver(const uint8_t* frame, uint32_t len) {
       cur_.tx_bytes += len;
       total_.tx_bytes += len;
       return true;
-    case DeliverStatus::kNoBuffer: count_drop(idx(Drop::kNoRxBuffer)); return false;
-    case DeliverStatus::kTooBig: count_drop(idx(Drop::kTooBig)); return false;
+    case DeliverStatus::kNoBuffer: count_drop(idx(LinkDrop::kNoRxBuffer)); return false;
+    case DeliverStatus::kTooBig: count_drop(idx(LinkDrop::kTooBig)); return false;
     case DeliverStatus::kBadRing:
-      count_drop(idx(Drop::kRingBroken));
+      count_drop(idx(LinkDrop::kRingBroken));
       VL_LOG_RL(spdlog::level::err, "direct link: malformed receive chain on the peer; its "
                                     "receive queue stopped");
       return false;
