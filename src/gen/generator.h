@@ -29,8 +29,8 @@
 
 #include "gen/frame.h"
 #include "gen/latency.h"
-#include "gen/tsc_clock.h"
 #include "gen/vport.h"
+#include "util/clock.h"
 
 namespace vl::gen {
 

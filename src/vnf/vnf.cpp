@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "gen/tsc_clock.h"
 #include "port/port.h"
+#include "util/clock.h"
 #include "util/cpuset.h"
 
 namespace vl::vnf {
@@ -25,7 +25,7 @@ void put_mac(uint8_t* p, uint64_t mac) {
 }  // namespace
 
 bool Vnf::open(std::string* err) {
-  tsc_hz_ = gen::TscClock::calibrate(20).hz();
+  tsc_hz_ = TscClock::calibrate(20).hz();
   if (cfg_.burst > kMaxVnfBurst) cfg_.burst = kMaxVnfBurst;
   const uint32_t n = cfg_.queue_size;
   // Both receive queues full, both transmit queues full, and slack.
@@ -207,10 +207,10 @@ void Vnf::run() {
     spdlog::warn("vnf: no watchdog thread: a direct link's peer could block this thread");
   for (uint64_t pass = 0; !stop_.load(std::memory_order_relaxed); ++pass) {
     progress_.store(pass, std::memory_order_relaxed);
-    const uint64_t c0 = gen::rdtsc();
+    const uint64_t c0 = rdtsc();
     const uint32_t got = forward(0) + forward(1);
     if (got) {
-      busy_cycles_ += gen::rdtsc() - c0;
+      busy_cycles_ += rdtsc() - c0;
       busy_packets_ += got;
     }
     ++passes_;
