@@ -284,11 +284,12 @@ void Trial::loop() {
   pacer_.start_at(rdtsc());
   drain_end_ = pacer_.end() + static_cast<uint64_t>(cfg_.drain_s * clock_.hz());
   const uint32_t np = static_cast<uint32_t>(ports_.size());
+  const size_t ns = tx_.size();
   for (;;) {
     const uint64_t now = rdtsc();
     if (now >= drain_end_) break;
     if (pacer_.transmitting(now)) {
-      for (size_t s = 0; s < tx_.size(); ++s) send<Q>(s);
+      for (size_t s = 0; s < ns; ++s) send<Q>(s);
     }
     for (uint32_t p = 0; p < np; ++p) {
       for (uint32_t k = 0; k < nq_; ++k) receive<Q>(p, k);
