@@ -10,6 +10,7 @@
 #include "app/ctl_commands.h"
 #include "app/json_views.h"
 #include "control/command_table.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "virtlink_version.h"
 
@@ -19,12 +20,6 @@ namespace {
 constexpr uint64_t kKeyTimer = 1ull << 40;
 constexpr uint64_t kKeySignal = 2ull << 40;
 constexpr uint64_t kKeyControl = 3ull << 40;
-
-uint32_t mono_s() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint32_t>(ts.tv_sec);
-}
 
 }  // namespace
 
@@ -55,7 +50,7 @@ void Switch::add_ports() {
   tables_.mode = cfg_.forward;
   tables_.fdb = &fdb_;
   tables_.burst = cfg_.burst;
-  tables_.now_s.store(mono_s());
+  tables_.now_s.store(static_cast<uint32_t>(mono_s()));
   pmds_ = std::make_unique<dp::PmdSet>(&tables_, cfg_.pmd_cores, cfg_.pmd);
   for (uint32_t i = 0; i < cfg_.ports.size(); ++i) {
     ports_.push_back(std::make_unique<port::VhostPort>(i, cfg_.ports[i], pmds_.get()));
@@ -139,7 +134,7 @@ void Switch::watch_port(uint32_t i) {
 }
 
 void Switch::on_tick() {
-  const uint32_t now = mono_s();
+  const uint32_t now = static_cast<uint32_t>(mono_s());
   tables_.now_s.store(now, std::memory_order_relaxed);
   pmds_->watchdog();  // a PMD thread blocked on a front-end's fd is interrupted (dp/pmd.h)
   pmds_->place_rx_writers();  // receive-queue writers follow traffic (dp/pmd.h)

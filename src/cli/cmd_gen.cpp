@@ -144,87 +144,112 @@ int serve(gen::Generator& g) {
   return 0;
 }
 
-}  // namespace
+// One --port: NAME=vhost-user-client:PATH or NAME=vhost-user:PATH, optional ,mac=MAC; the
+// ring settings come from the other options. False (logged) on a malformed spec.
+bool parse_port(const std::string& spec, const GenArgs& a, gen::VPortConfig* p) {
+  std::string s = spec;
+  std::string opts;
+  if (auto comma = s.find(','); comma != std::string::npos) {
+    opts = s.substr(comma + 1);
+    s = s.substr(0, comma);
+  }
+  const auto eq = s.find('='), colon = s.find(':', eq == std::string::npos ? 0 : eq);
+  if (eq == std::string::npos || colon == std::string::npos) {
+    spdlog::error("--port {}: expected NAME=vhost-user-client:PATH or NAME=vhost-user:PATH",
+                  spec);
+    return false;
+  }
+  p->name = s.substr(0, eq);
+  const std::string type = s.substr(eq + 1, colon - eq - 1);
+  p->path = s.substr(colon + 1);
+  if (type == "vhost-user")
+    p->server = true;
+  else if (type != "vhost-user-client") {
+    spdlog::error("--port {}: unknown type {}", spec, type);
+    return false;
+  }
+  if (opts.rfind("mac=", 0) == 0 && !gen::parse_mac(opts.c_str() + 4, &p->mac)) {
+    spdlog::error("--port {}: bad mac", spec);
+    return false;
+  }
+  p->queue_size = a.queue_size;
+  p->packed = a.ring == "packed";
+  p->queues = a.queues;
+  return true;
+}
 
-int run_gen(const GenArgs& a) {
-  gen::GenConfig c;
-  for (const auto& spec : a.ports) {
-    gen::VPortConfig p;
-    std::string s = spec;
-    std::string opts;
-    if (auto comma = s.find(','); comma != std::string::npos) {
-      opts = s.substr(comma + 1);
-      s = s.substr(0, comma);
-    }
-    const auto eq = s.find('='), colon = s.find(':', eq == std::string::npos ? 0 : eq);
-    if (eq == std::string::npos || colon == std::string::npos) {
-      spdlog::error("--port {}: expected NAME=vhost-user-client:PATH or NAME=vhost-user:PATH",
-                    spec);
-      return 2;
-    }
-    p.name = s.substr(0, eq);
-    const std::string type = s.substr(eq + 1, colon - eq - 1);
-    p.path = s.substr(colon + 1);
-    if (type == "vhost-user")
-      p.server = true;
-    else if (type != "vhost-user-client") {
-      spdlog::error("--port {}: unknown type {}", spec, type);
-      return 2;
-    }
-    if (opts.rfind("mac=", 0) == 0 && !gen::parse_mac(opts.c_str() + 4, &p.mac)) {
-      spdlog::error("--port {}: bad mac", spec);
-      return 2;
-    }
-    p.queue_size = a.queue_size;
-    p.packed = a.ring == "packed";
-    p.queues = a.queues;
-    c.ports.push_back(p);
-  }
-  if (c.ports.empty() || c.ports.size() % 2) {  // a usage error, like the switch's xconnect check
-    spdlog::error("gen needs an even number of --port (streams pair them 1<->2, 3<->4, ...), "
-                  "got {}", c.ports.size());
-    return 2;
-  }
-  if (!parse_size(a.size, &c.frame_size)) {
-    spdlog::error("--size {}: expected imix or {}..{}", a.size, gen::kMinFrame, gen::kMaxFrame);
-    return 2;
-  }
-  c.rate_pps = a.rate_pps;
-  if (a.rate_percent > 0) {
-    // Line rate counts the FCS (4), preamble and SFD (8) and inter-frame gap (12).
-    const double wire = (c.frame_size ? c.frame_size : 353.83) + 24.0;
-    c.rate_pps = a.link_gbps * 1e9 * a.rate_percent / 100.0 / (wire * 8);
-  }
-  c.flows = a.flows;
-  c.duration_s = a.duration_s;
-  c.unidirectional = a.unidirectional;
-  c.learn = !a.no_learn;
-  c.check_payload = a.check_payload;
-  c.cpu = a.cpu;
-  c.max_lag_slots = a.max_lag;
+// --rate, or --rate-percent of --link-gbps for frames of `frame_size` bytes (0: IMIX).
+double rate_pps(const GenArgs& a, uint32_t frame_size) {
+  if (a.rate_percent <= 0) return a.rate_pps;
+  // Line rate counts the FCS (4), preamble and SFD (8) and inter-frame gap (12).
+  const double wire = (frame_size ? frame_size : 353.83) + 24.0;
+  return a.link_gbps * 1e9 * a.rate_percent / 100.0 / (wire * 8);
+}
+
+// Checks made before any port is opened (usage errors, exit 2): the trial's size, the
+// --cpu (like the switch's --pmd-cores: a CPU this process may run on) and that --json can
+// be written (fail before the trial, not after it). False (logged) otherwise.
+bool check_usage(const gen::GenConfig& c, const std::string& json_file) {
   std::string err;
   if (!gen::check_trial(c.rate_pps, c.duration_s, &err)) {
     spdlog::error("gen: {}", err);
-    return 2;
+    return false;
   }
-  if (c.cpu >= 0) {  // like the switch's --pmd-cores: a CPU this process may run on
+  if (c.cpu >= 0) {
     cpu_set_t allowed;
     CPU_ZERO(&allowed);
     if (c.cpu >= CPU_SETSIZE ||
         (sched_getaffinity(0, sizeof allowed, &allowed) == 0 && !CPU_ISSET(c.cpu, &allowed))) {
       spdlog::error("gen: --cpu {} is not a CPU this process may run on", c.cpu);
-      return 2;
+      return false;
     }
   }
-  if (!a.json_file.empty()) {  // fail before the trial, not after it
-    const auto slash = a.json_file.rfind('/');
-    const std::string dir = slash == std::string::npos ? "." : a.json_file.substr(0, slash + 1);
+  if (!json_file.empty()) {
+    const auto slash = json_file.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : json_file.substr(0, slash + 1);
     if (access(dir.c_str(), W_OK) != 0) {
-      spdlog::error("gen: --json {}: cannot write in {}: {}", a.json_file, dir, strerror(errno));
-      return 2;
+      spdlog::error("gen: --json {}: cannot write in {}: {}", json_file, dir, strerror(errno));
+      return false;
     }
   }
+  return true;
+}
+
+// The generator's configuration from the command line. False (logged: a usage error) when
+// an option is malformed or inconsistent.
+bool make_config(const GenArgs& a, gen::GenConfig* c) {
+  for (const auto& spec : a.ports) {
+    gen::VPortConfig p;
+    if (!parse_port(spec, a, &p)) return false;
+    c->ports.push_back(p);
+  }
+  if (c->ports.empty() || c->ports.size() % 2) {  // like the switch's xconnect check
+    spdlog::error("gen needs an even number of --port (streams pair them 1<->2, 3<->4, ...), "
+                  "got {}", c->ports.size());
+    return false;
+  }
+  if (!parse_size(a.size, &c->frame_size)) {
+    spdlog::error("--size {}: expected imix or {}..{}", a.size, gen::kMinFrame, gen::kMaxFrame);
+    return false;
+  }
+  c->rate_pps = rate_pps(a, c->frame_size);
+  c->flows = a.flows;
+  c->duration_s = a.duration_s;
+  c->unidirectional = a.unidirectional;
+  c->learn = !a.no_learn;
+  c->check_payload = a.check_payload;
+  c->cpu = a.cpu;
+  c->max_lag_slots = a.max_lag;
+  return check_usage(*c, a.json_file);
+}
+
+}  // namespace
+
+int run_gen(const GenArgs& a) {
+  gen::GenConfig c;
+  if (!make_config(a, &c)) return 2;
   gen::Generator g(c);
+  std::string err;
   if (!g.open(&err)) {
     spdlog::error("gen: {}", err);
     return 1;

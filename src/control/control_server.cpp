@@ -5,7 +5,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "control/command_table.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/unix_socket.h"
 
@@ -42,11 +42,7 @@ bool read_line(int fd, std::string* out, size_t limit) {
   return false;
 }
 
-int64_t now_ms() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
+int64_t now_ms() { return static_cast<int64_t>(mono_ms()); }
 
 constexpr size_t kMaxLine = 1 << 16;  // request line, bytes
 

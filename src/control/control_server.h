@@ -54,7 +54,7 @@ class ControlServer {
  private:
   struct Pending {
     UniqueFd fd;
-    int64_t deadline_ms;  // CLOCK_MONOTONIC
+    int64_t deadline_ms;  // mono_ms() (util/clock.h)
     std::string line;
   };
   void accept_all();

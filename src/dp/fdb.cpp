@@ -3,7 +3,8 @@
 #include <sys/random.h>
 
 #include <bit>
-#include <chrono>
+
+#include "util/clock.h"
 
 namespace vl::dp {
 
@@ -11,7 +12,7 @@ Fdb::Fdb(uint32_t buckets, uint32_t max_per_port, uint64_t key) : max_per_port_(
   uint64_t k[2] = {key, key * 0x9e3779b97f4a7c15ull + 1};
   if (key == 0 && getrandom(k, sizeof k, 0) != static_cast<ssize_t>(sizeof k)) {
     // No entropy source: still not a constant an attacker can read in our sources.
-    const uint64_t t = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    const uint64_t t = mono_ns();
     k[0] = t ^ reinterpret_cast<uintptr_t>(this);
     k[1] = t * 0x9e3779b97f4a7c15ull;
   }

@@ -1,7 +1,5 @@
 #include "dp/flush.h"
 
-#include <time.h>
-
 #include <charconv>
 
 #include <fmt/format.h>
@@ -46,37 +44,6 @@ std::string flush_policy_name(FlushPolicy p) {
     case FlushKind::kBudget: return fmt::format("budget={}", p.us);
   }
   return "?";
-}
-
-namespace {
-uint64_t mono_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-// ns = base_ns + ((tsc - base_tsc) * mult) >> 32; mult 0 until calibrated.
-std::atomic<uint64_t> g_mult{0};
-uint64_t g_base_tsc = 0, g_base_ns = 0;
-}  // namespace
-
-uint64_t tsc_now_ns() {
-  const uint64_t m = g_mult.load(std::memory_order_acquire);
-  if (!m) [[unlikely]] return mono_ns();
-  const uint64_t d = __builtin_ia32_rdtsc() - g_base_tsc;
-  return g_base_ns + static_cast<uint64_t>((static_cast<unsigned __int128>(d) * m) >> 32);
-}
-
-void calibrate_tsc_ns() {
-  if (g_mult.load(std::memory_order_acquire)) return;
-  const uint64_t n0 = mono_ns(), t0 = __builtin_ia32_rdtsc();
-  timespec ts{0, 10000000};
-  nanosleep(&ts, nullptr);
-  const uint64_t n1 = mono_ns(), t1 = __builtin_ia32_rdtsc();
-  if (t1 <= t0 || n1 <= n0) return;  // keep CLOCK_MONOTONIC
-  g_base_tsc = t1;
-  g_base_ns = n1;
-  const double ns_per_tick = static_cast<double>(n1 - n0) / static_cast<double>(t1 - t0);
-  g_mult.store(static_cast<uint64_t>(ns_per_tick * 4294967296.0), std::memory_order_release);
 }
 
 }  // namespace vl::dp

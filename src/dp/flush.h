@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "util/clock.h"
+
 namespace vl::dp {
 
 enum class FlushKind : uint8_t { kImmediate, kRxBatch, kInterval, kBudget };
@@ -112,11 +114,9 @@ struct QueueAgeStats {
   }
 };
 
-/// A monotonic clock in ns from the TSC (calibrated once against CLOCK_MONOTONIC by
-/// calibrate_tsc_ns(); before that it reads CLOCK_MONOTONIC). About 10 ns a read.
-uint64_t tsc_now_ns();
-/// Measures the TSC rate over ~10 ms (called once by the switch before its PMD threads
-/// start; thread-safe to call again).
-void calibrate_tsc_ns();
+/// The clock of the intermediate queues: tsc_now_ns() and its calibrate_tsc_ns()
+/// (util/clock.h), named here for the data plane and its tests.
+using vl::calibrate_tsc_ns;
+using vl::tsc_now_ns;
 
 }  // namespace vl::dp

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "dp/rx_writers.h"
+#include "util/clock.h"
 #include "util/cpuset.h"
 #include "util/log.h"
 #include "util/stall_watchdog.h"
@@ -35,11 +36,6 @@ const char* pmd_mode_name(PmdMode m) {
 }
 
 namespace {
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 constexpr uint64_t kWakeKey = 0xffffffffffffffffull;
 }  // namespace
 
@@ -116,7 +112,7 @@ void PmdThread::apply_rxqs() {
 
 uint64_t PmdThread::elapsed_cycles() const {
   const uint64_t s = start_tsc_.load(std::memory_order_relaxed);
-  return s ? __builtin_ia32_rdtsc() - s : 0;
+  return s ? rdtsc() - s : 0;
 }
 
 void PmdThread::interrupt() {
@@ -195,7 +191,7 @@ void PmdThread::run() {
   pthread_setname_np(pthread_self(), fmt::format("vl-pmd{}", index_).c_str());
   spdlog::info("pmd {}: {} mode on cpu {}, {} rxq(s)", index_, pmd_mode_name(opts_.mode),
                cpu_ >= 0 ? std::to_string(cpu_) : std::string("any"), nrxqs_);
-  start_tsc_.store(__builtin_ia32_rdtsc(), std::memory_order_relaxed);
+  start_tsc_.store(rdtsc(), std::memory_order_relaxed);
   uint64_t idle_since = 0;
   bool kicks_on = true;  // a ring starts with kicks enabled (used flags 0, avail_event 0)
   uint64_t seen_gen = 0;
@@ -211,14 +207,14 @@ void PmdThread::run() {
       seen_gen = gen;
       kicks_on = true;
     }
-    const uint64_t t0 = __builtin_ia32_rdtsc();
+    const uint64_t t0 = rdtsc();
     uint32_t got = 0;
     uint64_t tprev = t0;
     for (uint32_t i = 0; i < nrxqs_; ++i) {
       const RxqId q = rxqs_[i];
       const uint32_t n = fw_->poll(q.port, q.queue);
       if (n) {  // one TSC read per non-empty burst: the rxq's cycles (for cycles assignment)
-        const uint64_t tn = __builtin_ia32_rdtsc();
+        const uint64_t tn = rdtsc();
         RxqLoad& l = load_[q.port][q.queue];
         l.cycles.store(l.cycles.load(std::memory_order_relaxed) + (tn - tprev), std::memory_order_relaxed);
         l.packets.store(l.packets.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
@@ -231,7 +227,7 @@ void PmdThread::run() {
     const uint32_t handed = fw_->drain_handoffs();
     fw_->end_pass();  // held queues whose interval or budget is up
     if (got || handed) {
-      const uint64_t t1 = __builtin_ia32_rdtsc();
+      const uint64_t t1 = rdtsc();
       busy_passes_.store(busy_passes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       busy_cycles_.store(busy_cycles_.load(std::memory_order_relaxed) + (t1 - t0),
                          std::memory_order_relaxed);
@@ -255,7 +251,7 @@ void PmdThread::run() {
       case PmdMode::kPoll: __builtin_ia32_pause(); break;
       case PmdMode::kInterrupt: kicks_on = true; try_sleep(); break;
       case PmdMode::kAdaptive: {
-        const uint64_t now = now_ns();
+        const uint64_t now = mono_ns();
         if (!idle_since) idle_since = now;
         if (now - idle_since >= uint64_t{opts_.idle_us} * 1000) {
           kicks_on = true;
@@ -356,14 +352,14 @@ void PmdSet::post_and_wait(const std::vector<std::vector<RxqId>>& lists) {
   if (!running_) return;
   for (size_t i = 0; i < threads_.size(); ++i) {
     if (!want[i]) continue;
-    uint64_t next_interrupt = now_ns() + 10000000;
+    uint64_t next_interrupt = mono_ns() + 10000000;
     while (threads_[i]->applied() < want[i]) {
       timespec ts{0, 5000};
       nanosleep(&ts, nullptr);
-      if (now_ns() >= next_interrupt) {  // blocked on a call fd? (pmd.h "Watchdog")
+      if (mono_ns() >= next_interrupt) {  // blocked on a call fd? (pmd.h "Watchdog")
         threads_[i]->interrupt();
         threads_[i]->wake();
-        next_interrupt = now_ns() + 10000000;
+        next_interrupt = mono_ns() + 10000000;
       }
     }
   }
@@ -446,7 +442,7 @@ void PmdSet::wait_quiescent() {
   seen.reserve(threads_.size());
   for (auto& t : threads_) seen.push_back(t->passes());
   for (size_t i = 0; i < threads_.size(); ++i) {
-    uint64_t next_interrupt = now_ns() + 10000000;
+    uint64_t next_interrupt = mono_ns() + 10000000;
     // Two quiescent points: frames held across passes are released right after one
     // (Forwarder::release_paused) if a port they involve was seen paused there; the
     // first point after our `active = false` may not have seen it, the second has.
@@ -455,14 +451,14 @@ void PmdSet::wait_quiescent() {
       nanosleep(&ts, nullptr);
       // A pass takes microseconds; 10 ms means the thread is blocked on a front-end's fd
       // (pmd.h "Watchdog"). Without this the control thread would wait here forever.
-      if (now_ns() >= next_interrupt) {
+      if (mono_ns() >= next_interrupt) {
         // Routine on a loaded machine (the thread was preempted): harmless, since the signal
         // only ends a blocked write; hence debug level.
         VL_LOG_RL(spdlog::level::debug,
                   "pmd {}: a pass took over 10 ms while the control thread waited; "
                   "interrupting it in case it is blocked on a call fd", i);
         threads_[i]->interrupt();
-        next_interrupt = now_ns() + 10000000;
+        next_interrupt = mono_ns() + 10000000;
       }
     }
   }

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "gen/pacer.h"
 #include "util/cpuset.h"
 
 namespace vl::gen {
@@ -166,240 +167,300 @@ uint64_t Generator::learn() {
   return missing;
 }
 
-GenResult Generator::run() {
-  if (cfg_.cpu >= 0) pin_current_thread(cfg_.cpu);
-  GenResult res;
-  if (cfg_.learn) res.learn_incomplete = learn();
-  const size_t np = ports_.size();
-  struct Tx {
-    uint32_t port, peer;
-    FlowSpec spec;
-    uint64_t slot = 0;  // next schedule slot
-    uint64_t seq = 0;   // sequence numbers used: frames offered (posted or dropped at the ring)
-    uint64_t posted = 0, ring_full = 0, skipped = 0;
-    uint32_t flow = 0;
-    double err_sum = 0, err_max = 0;
-    uint64_t first = 0, last = 0;
-  };
-  std::vector<Tx> tx;
-  for (uint32_t p = 0; p < np; ++p) {
+namespace {
+
+// One stream's transmit side (the stream's id is its index in Trial::tx_).
+struct TxStream {
+  uint32_t port, peer;  // transmitted on `port`, received on `peer`
+  FlowSpec spec;
+  PaceState pace;
+  uint64_t seq = 0;  // sequence numbers used: frames offered (posted or dropped at the ring)
+  uint64_t posted = 0, ring_full = 0;
+  uint32_t flow = 0;
+  double err_sum = 0, err_max = 0;  // schedule error, ticks
+  uint64_t first = 0, last = 0;     // departures (TSC)
+};
+
+// One stream's receive side.
+struct RxStream {
+  SequenceTracker seq;
+  LatencyHistogram lat;
+};
+
+// One trial of Generator::run(): its streams, schedule and counters, and the steps of the
+// trial loop. The loop is instantiated per ring type (Q: VPort::Split or VPort::Packed,
+// chosen once for all ports at open): no branch or virtual call per frame on the ring type.
+class Trial {
+ public:
+  Trial(const GenConfig& cfg, std::vector<VPort>& ports, const TscClock& clock, uint32_t tag);
+  /// Waits for every transmit buffer to come back (up to 2 s), then writes each stream's
+  /// frame template (flow 0) into its port's transmit buffers.
+  void prefill();
+  /// Runs the transmission period and the drain that follows (duration_s + drain_s).
+  template <class Q>
+  void loop();
+  GenResult report() const;
+
+ private:
+  template <class Q>
+  void send(size_t s);
+  void drop_due(TxStream& t, uint64_t due);
+  template <class Q>
+  void receive(uint32_t p, uint32_t k);
+  void account(const uint8_t* fr, uint32_t len, uint32_t p, uint64_t rx_now);
+  StreamResult stream_result(size_t s) const;
+
+  const GenConfig& cfg_;
+  std::vector<VPort>& ports_;
+  const TscClock& clock_;
+  const uint32_t tag_;  // this trial's frames: stream = tag | index
+  const uint32_t nq_;   // queue pairs per port
+  Pacer pacer_;
+  uint64_t drain_end_ = 0, stop_ = 0;  // TSC
+  std::vector<TxStream> tx_;
+  std::vector<RxStream> rx_;
+  uint64_t foreign_ = 0, corrupted_ = 0;
+  uint64_t tx_cycles_ = 0, tx_frames_ = 0;
+};
+
+// The lag bound: GenConfig::max_lag_slots, or by default a quarter of the queue (at least
+// a burst).
+uint32_t lag_slots(const GenConfig& cfg, const VPort& p) {
+  return cfg.max_lag_slots ? cfg.max_lag_slots
+                           : std::max<uint32_t>(cfg.burst, p.config().queue_size / 4);
+}
+
+Trial::Trial(const GenConfig& cfg, std::vector<VPort>& ports, const TscClock& clock,
+             uint32_t tag)
+    : cfg_(cfg), ports_(ports), clock_(clock), tag_(tag), nq_(ports[0].queues()),
+      pacer_(cfg.rate_pps, clock.hz(), cfg.duration_s, cfg.burst, lag_slots(cfg, ports[0])) {
+  for (uint32_t p = 0; p < ports_.size(); ++p) {
     const uint32_t peer = p ^ 1;
     if (cfg_.unidirectional && (p & 1)) continue;
-    Tx t{p, peer, {}};
+    TxStream t{p, peer, {}};
     t.spec.src_mac = cfg_.ports[p].mac;
     t.spec.dst_mac_base = cfg_.ports[peer].mac;
     t.spec.flows = cfg_.flows;
     t.spec.src_ip_base += p << 20;
-    tx.push_back(t);
+    tx_.push_back(t);
   }
-  res.tsc_hz = clock_.hz();
-  res.ring = ports_[0].packed() ? "packed" : "split";
-  res.queues = ports_[0].queues();
-  res.duration_s = cfg_.duration_s;
-  const double rate = cfg_.rate_pps;
-  const bool paced = rate > 0;
-  const double period = paced ? clock_.hz() / rate : 0;  // ticks per frame
-  res.set_interval_ns = paced ? 1e9 / rate : 0;
-  const uint64_t planned = paced ? static_cast<uint64_t>(rate * cfg_.duration_s) + 1
-                                 : static_cast<uint64_t>(30e6 * cfg_.duration_s) + 1;
-  const uint32_t lag_slots =
-      cfg_.max_lag_slots ? cfg_.max_lag_slots
-                         : std::max<uint32_t>(cfg_.burst, ports_[0].config().queue_size / 4);
-  const double max_lag = static_cast<double>(lag_slots) * period;  // ticks
-  const uint32_t tag = (++trial_ & 0xffffu) << 16;  // this trial's frames: stream = tag | index
-  std::vector<SequenceTracker> seq(tx.size());
-  std::vector<LatencyHistogram> lat(tx.size());
-  for (auto& s : seq) s.reset(planned);
-  // stream id = index in tx; a stream is received on tx[s].peer.
+  rx_.resize(tx_.size());
+  for (auto& r : rx_) r.seq.reset(pacer_.planned());
+}
 
-  // Prefill every transmit buffer with its stream's frame template (flow 0). A switch that
-  // batches output may still hold frames of the learning phase or of an earlier trial (their
-  // buffers in flight): wait for them (up to 2 s) instead of rewriting a buffer it will read.
-  {
-    const uint64_t wait_end = rdtsc() + static_cast<uint64_t>(2.0 * clock_.hz());
-    for (;;) {
-      bool all_back = true;
-      for (auto& p : ports_) {
-        p.reclaim();
-        if (p.tx_free_all() < p.config().queue_size * p.queues()) all_back = false;
-      }
-      if (all_back) break;
-      if (rdtsc() > wait_end) {
-        spdlog::warn("gen: transmit buffers still in flight after 2 s; rewriting them");
-        break;
-      }
-      timespec d{0, 100 * 1000};
-      nanosleep(&d, nullptr);
+void Trial::prefill() {
+  // A switch that batches output may still hold frames of the learning phase or of an
+  // earlier trial (their buffers in flight): wait for them instead of rewriting a buffer it
+  // will read.
+  const uint64_t wait_end = rdtsc() + static_cast<uint64_t>(2.0 * clock_.hz());
+  for (;;) {
+    bool all_back = true;
+    for (auto& p : ports_) {
+      p.reclaim();
+      if (p.tx_free_all() < p.config().queue_size * p.queues()) all_back = false;
     }
+    if (all_back) break;
+    if (rdtsc() > wait_end) {
+      spdlog::warn("gen: transmit buffers still in flight after 2 s; rewriting them");
+      break;
+    }
+    timespec d{0, 100 * 1000};
+    nanosleep(&d, nullptr);
   }
-  for (auto& t : tx) {
+  for (auto& t : tx_) {
     VPort& vp = ports_[t.port];
     for (uint32_t k = 0; k < vp.queues(); ++k) {
       for (uint32_t i = 0; i < vp.config().queue_size; ++i) {
         __builtin_memset(vp.tx_frame(k, i) - vp.hdr_len(), 0, vp.hdr_len());
         build_frame(vp.tx_frame(k, i), cfg_.frame_size ? cfg_.frame_size : 1518, t.spec, 0,
-                    tag | static_cast<uint32_t>(&t - tx.data()));
+                    tag_ | static_cast<uint32_t>(&t - tx_.data()));
       }
     }
   }
-  uint64_t foreign = 0, corrupted = 0;
-  uint64_t tx_cycles = 0, tx_frames = 0;
-  const uint64_t start = rdtsc();
-  const uint64_t end = start + static_cast<uint64_t>(cfg_.duration_s * clock_.hz());
-  const uint64_t drain_end = end + static_cast<uint64_t>(cfg_.drain_s * clock_.hz());
-  const auto advance_flow = [&](Tx& t, uint64_t n) {
-    t.flow = static_cast<uint32_t>((t.flow + n) % cfg_.flows);
-  };
-  // The trial loop, instantiated per ring type (chosen once for all ports at open): no
-  // branch or virtual call per packet on the ring type.
-  const uint32_t nq = ports_[0].queues();
-  const auto trial_loop = [&]<class Q>() {
+}
+
+template <class Q>
+void Trial::loop() {
+  pacer_.start_at(rdtsc());
+  drain_end_ = pacer_.end() + static_cast<uint64_t>(cfg_.drain_s * clock_.hz());
+  const uint32_t np = static_cast<uint32_t>(ports_.size());
+  const size_t ns = tx_.size();
   for (;;) {
     const uint64_t now = rdtsc();
-    if (now >= drain_end) break;
-    if (now < end) {
-      for (size_t s = 0; s < tx.size(); ++s) {
-        Tx& t = tx[s];
-        VPort& vp = ports_[t.port];
-        const uint64_t t0 = rdtsc();
-        for (uint32_t k = 0; k < nq; ++k) vp.template reclaim_on<Q>(k);
-        uint64_t due;
-        if (paced) {
-          const double elapsed = static_cast<double>(t0 - start);
-          due = std::min<uint64_t>(planned, static_cast<uint64_t>(elapsed / period) + 1);
-          // Slots older than the lag bound: the generator missed them (not offered).
-          if (elapsed > max_lag) {
-            const uint64_t oldest = std::min<uint64_t>(
-                due, static_cast<uint64_t>(std::ceil((elapsed - max_lag) / period)));
-            if (oldest > t.slot) {
-              t.skipped += oldest - t.slot;
-              t.slot = oldest;
-            }
-          }
-        } else {
-          due = std::min<uint64_t>(planned, t.slot + cfg_.burst);
-        }
-        uint32_t n = 0;
-        while (t.slot < due && n < cfg_.burst) {
-          // Flow f leaves on transmit queue f % queues (one queue: always 0).
-          const uint32_t k = nq == 1 ? 0 : t.flow % nq;
-          uint32_t i;
-          if (!vp.tx_get(k, &i)) {
-            if (!paced) break;  // as fast as possible: wait for the ring
-            // No free descriptor when these frames are due: the device under test has not
-            // taken the earlier ones. They depart into a full ring: dropped, counted lost.
-            const uint64_t ts = rdtsc();
-            const uint64_t k = due - t.slot;
-            if (!t.seq) t.first = ts;
-            t.last = ts;
-            t.ring_full += k;
-            t.seq += k;
-            t.slot = due;
-            advance_flow(t, k);
-            break;
-          }
-          uint8_t* f = vp.tx_frame(k, i);
-          uint32_t len = cfg_.frame_size;
-          if (!len) {
-            len = imix_size(t.seq);
-            build_frame(f, len, t.spec, t.flow, tag | static_cast<uint32_t>(s));
-          } else if (cfg_.flows > 1) {
-            patch_flow(f, t.spec, t.flow);
-          }
-          const uint64_t ts = rdtsc();
-          stamp(f, t.seq, ts);
-          if (paced) {
-            const double e = static_cast<double>(ts) -
-                             (static_cast<double>(start) + static_cast<double>(t.slot) * period);
-            t.err_sum += e;
-            t.err_max = std::max(t.err_max, e);
-          }
-          if (!t.seq) t.first = ts;
-          t.last = ts;
-          vp.template tx_put_on<Q>(k, i, len);
-          ++t.seq;
-          ++t.slot;
-          ++t.posted;
-          advance_flow(t, 1);
-          ++n;
-        }
-        if (n) {
-          for (uint32_t k = 0; k < nq; ++k) vp.template tx_flush_on<Q>(k);
-          tx_cycles += rdtsc() - t0;
-          tx_frames += n;
-        }
-      }
+    if (now >= drain_end_) break;
+    if (pacer_.transmitting(now)) {
+      for (size_t s = 0; s < ns; ++s) send<Q>(s);
     }
-    // Receive on every port. Arrival time: when this pass saw the frame in the used ring
-    // (taken after reading the used index, so never before the frame was there).
-    for (size_t p = 0; p < np; ++p) {
-     VPort& vp = ports_[p];
-     for (uint32_t k = 0; k < nq; ++k) {
-      const uint32_t ready = std::min<uint32_t>(vp.template rx_ready_on<Q>(k), 64);
-      if (!ready) continue;
-      const uint64_t rx_now = rdtsc();
-      const uint8_t* fr;
-      uint32_t len, idx;
-      uint32_t got = 0;
-      while (got < ready && vp.template rx_next_on<Q>(k, &fr, &len, &idx)) {
-        Trailer tr;
-        uint32_t si = 0;
-        if (parse_trailer(fr, len, &tr) && (tr.stream & ~0xffffu) == tag &&
-            (si = tr.stream & 0xffffu) < tx.size() && tx[si].peer == p) {
-          if (cfg_.check_payload && !payload_intact(fr, len)) [[unlikely]] {
-            ++corrupted;
-          } else if (seq[si].on_frame(tr.seq))
-            lat[si].record(rx_now > tr.tsc ? static_cast<uint64_t>(clock_.ns(rx_now - tr.tsc)) : 0);
-        } else {
-          ++foreign;
-        }
-        vp.template rx_release_on<Q>(k, idx);
-        ++got;
-      }
-      if (got) vp.template rx_flush_on<Q>(k);
-     }
+    for (uint32_t p = 0; p < np; ++p) {
+      for (uint32_t k = 0; k < nq_; ++k) receive<Q>(p, k);
     }
   }
-  };
-  if (ports_[0].packed())
-    trial_loop.template operator()<VPort::Packed>();
-  else
-    trial_loop.template operator()<VPort::Split>();
-  res.elapsed_s = static_cast<double>(rdtsc() - start) / clock_.hz();
-  for (size_t s = 0; s < tx.size(); ++s) {
-    const Tx& t = tx[s];
-    StreamResult r;
-    r.tx_port = t.port;
-    r.rx_port = t.peer;
-    r.planned = paced ? planned : t.seq;
-    r.offered = t.seq;
-    r.tx = t.posted;
-    r.tx_ring_full = t.ring_full;
-    r.late_skipped = t.skipped;
-    r.rx = seq[s].unique();
-    r.lost = r.offered > r.rx ? r.offered - r.rx : 0;
-    r.duplicates = seq[s].duplicates();
-    r.reordered = seq[s].reordered();
-    r.out_of_range = seq[s].out_of_range();
-    r.latency = lat[s];
-    r.first_tx_tsc = t.first;
-    r.last_tx_tsc = t.last;
-    r.schedule_error_ns_mean =
-        t.posted ? t.err_sum / static_cast<double>(t.posted) * 1e9 / clock_.hz() : 0;
-    r.schedule_error_ns_max = t.err_max * 1e9 / clock_.hz();
-    r.mean_interval_ns = r.offered > 1 ? clock_.ns(r.last_tx_tsc - r.first_tx_tsc) /
-                                             static_cast<double>(r.offered - 1)
-                                       : 0;
-    res.streams.push_back(r);
+  stop_ = rdtsc();
+}
+
+// One pass of stream s: reclaims its port's transmitted buffers and posts the frames due
+// (at most a burst), then publishes them.
+template <class Q>
+void Trial::send(size_t s) {
+  TxStream& t = tx_[s];
+  VPort& vp = ports_[t.port];
+  const uint64_t t0 = rdtsc();
+  for (uint32_t k = 0; k < nq_; ++k) vp.template reclaim_on<Q>(k);
+  const uint64_t due = pacer_.begin_pass(&t.pace, t0);
+  // Per-frame constants in locals: the frame writes below may alias any member.
+  const bool paced = pacer_.paced();
+  const uint32_t burst = pacer_.burst(), nq = nq_, size = cfg_.frame_size, flows = cfg_.flows;
+  const uint32_t stream = tag_ | static_cast<uint32_t>(s);
+  uint32_t n = 0;
+  while (t.pace.slot < due && n < burst) {
+    // Flow f leaves on transmit queue f % queues (one queue: always 0).
+    const uint32_t k = nq == 1 ? 0 : t.flow % nq;
+    uint32_t i;
+    if (!vp.tx_get(k, &i)) {
+      if (paced) drop_due(t, due);  // as fast as possible: wait for the ring instead
+      break;
+    }
+    uint8_t* f = vp.tx_frame(k, i);
+    uint32_t len = size;
+    if (!len) {
+      len = imix_size(t.seq);
+      build_frame(f, len, t.spec, t.flow, stream);
+    } else if (flows > 1) {
+      patch_flow(f, t.spec, t.flow);
+    }
+    const uint64_t ts = rdtsc();
+    stamp(f, t.seq, ts);
+    if (paced) {
+      const double e = static_cast<double>(ts) - pacer_.slot_time(t.pace.slot);
+      t.err_sum += e;
+      t.err_max = std::max(t.err_max, e);
+    }
+    if (!t.seq) t.first = ts;
+    t.last = ts;
+    vp.template tx_put_on<Q>(k, i, len);
+    ++t.seq;
+    ++t.pace.slot;
+    ++t.posted;
+    t.flow = t.flow + 1 == flows ? 0 : t.flow + 1;
+    ++n;
   }
-  res.foreign_frames = foreign;
+  if (n) {
+    for (uint32_t k = 0; k < nq; ++k) vp.template tx_flush_on<Q>(k);
+    tx_cycles_ += rdtsc() - t0;
+    tx_frames_ += n;
+  }
+}
+
+// No free descriptor when the frames [slot, due) are due: the device under test has not
+// taken the earlier ones. They depart into a full ring: dropped, counted lost.
+void Trial::drop_due(TxStream& t, uint64_t due) {
+  const uint64_t ts = rdtsc();
+  const uint64_t k = due - t.pace.slot;
+  if (!t.seq) t.first = ts;
+  t.last = ts;
+  t.ring_full += k;
+  t.seq += k;
+  t.pace.slot = due;
+  t.flow = static_cast<uint32_t>((t.flow + k) % cfg_.flows);
+}
+
+// Receives on queue k of port p. Arrival time: when this pass saw the frame in the used
+// ring (taken after reading the used index, so never before the frame was there).
+template <class Q>
+void Trial::receive(uint32_t p, uint32_t k) {
+  VPort& vp = ports_[p];
+  const uint32_t ready = std::min<uint32_t>(vp.template rx_ready_on<Q>(k), 64);
+  if (!ready) return;
+  const uint64_t rx_now = rdtsc();
+  const uint8_t* fr;
+  uint32_t len, idx;
+  uint32_t got = 0;
+  while (got < ready && vp.template rx_next_on<Q>(k, &fr, &len, &idx)) {
+    account(fr, len, p, rx_now);
+    vp.template rx_release_on<Q>(k, idx);
+    ++got;
+  }
+  if (got) vp.template rx_flush_on<Q>(k);
+}
+
+// Counts a frame received on port p at rx_now: one of this trial's streams towards p goes
+// to its sequence tracker and (first copies) latency histogram; anything else is foreign.
+inline void Trial::account(const uint8_t* fr, uint32_t len, uint32_t p, uint64_t rx_now) {
+  Trailer tr;
+  uint32_t si = 0;
+  if (parse_trailer(fr, len, &tr) && (tr.stream & ~0xffffu) == tag_ &&
+      (si = tr.stream & 0xffffu) < tx_.size() && tx_[si].peer == p) {
+    if (cfg_.check_payload && !payload_intact(fr, len)) [[unlikely]] {
+      ++corrupted_;
+    } else if (rx_[si].seq.on_frame(tr.seq)) {
+      rx_[si].lat.record(rx_now > tr.tsc ? static_cast<uint64_t>(clock_.ns(rx_now - tr.tsc)) : 0);
+    }
+  } else {
+    ++foreign_;
+  }
+}
+
+StreamResult Trial::stream_result(size_t s) const {
+  const TxStream& t = tx_[s];
+  const SequenceTracker& sq = rx_[s].seq;
+  StreamResult r;
+  r.tx_port = t.port;
+  r.rx_port = t.peer;
+  r.planned = pacer_.paced() ? pacer_.planned() : t.seq;
+  r.offered = t.seq;
+  r.tx = t.posted;
+  r.tx_ring_full = t.ring_full;
+  r.late_skipped = t.pace.skipped;
+  r.rx = sq.unique();
+  r.lost = r.offered > r.rx ? r.offered - r.rx : 0;
+  r.duplicates = sq.duplicates();
+  r.reordered = sq.reordered();
+  r.out_of_range = sq.out_of_range();
+  r.latency = rx_[s].lat;
+  r.first_tx_tsc = t.first;
+  r.last_tx_tsc = t.last;
+  r.schedule_error_ns_mean =
+      t.posted ? t.err_sum / static_cast<double>(t.posted) * 1e9 / clock_.hz() : 0;
+  r.schedule_error_ns_max = t.err_max * 1e9 / clock_.hz();
+  r.mean_interval_ns = r.offered > 1 ? clock_.ns(r.last_tx_tsc - r.first_tx_tsc) /
+                                           static_cast<double>(r.offered - 1)
+                                     : 0;
+  return r;
+}
+
+GenResult Trial::report() const {
+  GenResult res;
+  res.elapsed_s = static_cast<double>(stop_ - pacer_.start()) / clock_.hz();
+  res.tsc_hz = clock_.hz();
+  res.ring = ports_[0].packed() ? "packed" : "split";
+  res.queues = nq_;
+  res.duration_s = cfg_.duration_s;
+  res.set_interval_ns = pacer_.paced() ? 1e9 / cfg_.rate_pps : 0;
+  for (size_t s = 0; s < tx_.size(); ++s) res.streams.push_back(stream_result(s));
+  res.foreign_frames = foreign_;
   res.payload_checked = cfg_.check_payload;
-  res.corrupted = corrupted;
+  res.corrupted = corrupted_;
   for (auto& p : ports_) res.fragmented += p.fragmented();
   res.tx_cycles_per_packet =
-      tx_frames ? static_cast<double>(tx_cycles) / static_cast<double>(tx_frames) : 0;
+      tx_frames_ ? static_cast<double>(tx_cycles_) / static_cast<double>(tx_frames_) : 0;
   res.ceiling_mpps =
       res.tx_cycles_per_packet > 0 ? clock_.hz() / res.tx_cycles_per_packet / 1e6 : 0;
+  return res;
+}
+
+}  // namespace
+
+GenResult Generator::run() {
+  if (cfg_.cpu >= 0) pin_current_thread(cfg_.cpu);
+  const uint64_t learn_incomplete = cfg_.learn ? learn() : 0;
+  Trial t(cfg_, ports_, clock_, (++trial_ & 0xffffu) << 16);
+  t.prefill();
+  if (ports_[0].packed())
+    t.loop<VPort::Packed>();
+  else
+    t.loop<VPort::Split>();
+  GenResult res = t.report();
+  res.learn_incomplete = learn_incomplete;
   return res;
 }
 

@@ -6,10 +6,10 @@
 //
 // Streams: ports are paired in the order given (0<->1, 2<->3, ...); each port of a pair
 // transmits one stream to its partner (or only the first of the pair, unidirectional).
-// Pacing: departures follow a schedule of one frame every 1/rate s from the trial start
-// (slot k at start + k/rate); each pass sends what is due (at most a burst), so bursts stay
-// small and the mean interval matches the rate. The schedule error (actual minus planned
-// departure) is kept.
+// Pacing (gen/pacer.h): departures follow a schedule of one frame every 1/rate s from the
+// trial start (slot k at start + k/rate); each pass sends what is due (at most a burst), so
+// bursts stay small and the mean interval matches the rate. The schedule error (actual minus
+// planned departure) is kept.
 // Offered load without back-pressure, as on a wire: a due frame that finds no free transmit
 // descriptor (the device under test has not taken the earlier ones: its receive ring
 // overflowed) is dropped there and counted as lost (`tx_ring_full`); it still uses its
@@ -29,8 +29,8 @@
 
 #include "gen/frame.h"
 #include "gen/latency.h"
-#include "gen/tsc_clock.h"
 #include "gen/vport.h"
+#include "util/clock.h"
 
 namespace vl::gen {
 

@@ -6,7 +6,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/unix_socket.h"
 #include "virtio/virtio_defs.h"
@@ -39,12 +39,6 @@ bool resolve_id(const std::string& s, bool group, uint32_t* id) {
     *id = p->pw_uid;
   }
   return true;
-}
-
-uint64_t mono_s() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec);
 }
 }  // namespace
 

@@ -152,7 +152,7 @@ class VhostPort final : public Port, public vhost::DeviceHost {
   bool down_ = false;
   /// Seconds a port refuses connections after its front-end blocked the datapath.
   static constexpr uint64_t kHoldDownS = 30;
-  uint64_t hold_until_s_ = 0;  ///< CLOCK_MONOTONIC seconds; accept/connect only from then
+  uint64_t hold_until_s_ = 0;  ///< mono_s() (util/clock.h); accept/connect only from then
   bool retry_logged_ = false;
   uint64_t connects_ = 0;
   LinkHooks* link_hooks_ = nullptr;

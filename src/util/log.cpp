@@ -1,6 +1,6 @@
 #include "util/log.h"
 
-#include <ctime>
+#include "util/clock.h"
 
 namespace vl {
 
@@ -9,9 +9,7 @@ void set_log_level(const char* name) {
 }
 
 bool RateLimiter::allow(uint64_t* suppressed) {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  const uint64_t now = static_cast<uint64_t>(ts.tv_sec);
+  const uint64_t now = mono_coarse_s();
   uint64_t win = window_s_.load(std::memory_order_relaxed);
   if (win != now && window_s_.compare_exchange_strong(win, now, std::memory_order_relaxed)) {
     used_.store(0, std::memory_order_relaxed);

@@ -5,7 +5,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "util/clock.h"
 #include "util/unix_socket.h"
 #include "vhost/link_protocol.h"
 
@@ -24,19 +24,11 @@ uint64_t FrontendOptions::default_features() {
   return bit(kFVersion1) | bit(kNetFMrgRxbuf) | bit(kRingFEventIdx) | bit(kFProtocolFeatures);
 }
 
-namespace {
-uint64_t now_ms() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
-}
-}  // namespace
-
 bool Frontend::connect(const FrontendOptions& o, std::string* err) {
   opts_ = o;
   sockaddr_un a;
   if (!make_unix_addr(o.path, &a, err)) return false;
-  const uint64_t deadline = now_ms() + static_cast<uint64_t>(o.timeout_ms);
+  const uint64_t deadline = mono_ms() + static_cast<uint64_t>(o.timeout_ms);
   if (!o.server) {
     for (;;) {
       UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -44,7 +36,7 @@ bool Frontend::connect(const FrontendOptions& o, std::string* err) {
         chan_.reset(std::move(s));
         return true;
       }
-      if (now_ms() >= deadline) {
+      if (mono_ms() >= deadline) {
         *err = fmt::format("cannot connect to {}: {}", o.path, strerror(errno));
         return false;
       }

@@ -2,7 +2,6 @@
 
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <time.h>
 
 #include <cstdio>
 #include <cstring>
@@ -10,7 +9,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "gen/tsc_clock.h"
+#include "util/clock.h"
 #include "util/cpuset.h"
 
 namespace vl::vnf {
@@ -24,7 +23,7 @@ void put_mac(uint8_t* p, uint64_t mac) {
 }  // namespace
 
 bool Vnf::open(std::string* err) {
-  tsc_hz_ = gen::TscClock::calibrate(20).hz();
+  tsc_hz_ = TscClock::calibrate(20).hz();
   if (cfg_.burst > kMaxVnfBurst) cfg_.burst = kMaxVnfBurst;
   const uint32_t n = cfg_.queue_size;
   // Both receive queues full, both transmit queues full, and slack.
@@ -198,18 +197,17 @@ bool Vnf::sleep_until_traffic() {
 
 void Vnf::run() {
   if (cfg_.cpu >= 0) pin_current_thread(cfg_.cpu);
-  timespec t0;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  const uint64_t t0 = mono_ns();
   uint64_t idle = 0;
   // SIGURG: ignored by default, so a stray one is harmless (the switch uses it likewise).
   if (cfg_.direct_link && !watchdog_.start(pthread_self(), &progress_, SIGURG))
     spdlog::warn("vnf: no watchdog thread: a direct link's peer could block this thread");
   for (uint64_t pass = 0; !stop_.load(std::memory_order_relaxed); ++pass) {
     progress_.store(pass, std::memory_order_relaxed);
-    const uint64_t c0 = gen::rdtsc();
+    const uint64_t c0 = rdtsc();
     const uint32_t got = forward(0) + forward(1);
     if (got) {
-      busy_cycles_ += gen::rdtsc() - c0;
+      busy_cycles_ += rdtsc() - c0;
       busy_packets_ += got;
     }
     ++passes_;
@@ -230,11 +228,7 @@ void Vnf::run() {
     // The clock is read every 4096 passes, and after every sleep (an idle VNF in interrupt
     // mode makes a pass per wake-up, up to 100 ms each).
     if (cfg_.duration_s > 0 && ((pass & 4095) == 0 || slept)) {
-      timespec t;
-      clock_gettime(CLOCK_MONOTONIC, &t);
-      if (static_cast<double>(t.tv_sec - t0.tv_sec) + static_cast<double>(t.tv_nsec - t0.tv_nsec) * 1e-9 >=
-          cfg_.duration_s)
-        break;
+      if (static_cast<double>(mono_ns() - t0) * 1e-9 >= cfg_.duration_s) break;
     }
   }
   watchdog_.stop();
