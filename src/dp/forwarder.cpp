@@ -170,9 +170,8 @@ template <class Q>
 [[gnu::noinline]] uint32_t Forwarder::take_burst(uint32_t in, uint32_t qi, Q* q,
                                                  port::QueueShared* sh) {
   const port::PortDp& d = t_->ports[in]->dp();
-  PortCounters& c = counters_[in];
-  const uint32_t n = t_->burst;
-  const uint64_t now = clock_();
+  // (locals: the pops' barriers reload members)
+  BurstTake bt{in, qi, clock_(), d.caps.hdr_len, d.caps.features, counters_[in]};
   arena_.clear();
   sh->enter(thread_);  // self-check: no other thread polls this queue (port.h QueueShared)
   // A lean burst: no output holds frames past a burst and this sender has no chain still
@@ -182,70 +181,7 @@ template <class Q>
   lean_n_ = 0;
   lean_split_ = false;
   kept_ = false;
-  uint32_t k = 0;
-  uint32_t taken = 0;
-  uint64_t bytes = 0;
-  const bool hdr12 = d.caps.hdr_len == sizeof(NetHdr);  // (locals: the pops' barriers reload members)
-  const uint32_t ready = q->ready(n);  // split: the avail index, read once per burst
-  // One chain of the burst, in the order taken: its slot, its header read once and checked.
-  auto take = [&](PopStatus st, const OneBuffer& b, Chain& ch) __attribute__((always_inline)) {
-    ++taken;
-    if (st == PopStatus::kBadChain || st == PopStatus::kTooBig) [[unlikely]] {
-      c.drop(st == PopStatus::kTooBig ? Drop::kTooBig : Drop::kBadDescriptor);
-      return;
-    }
-    const bool one = st == PopStatus::kOne;
-    const uint16_t s = new_slot(in, qi, one ? b.head : ch.head, one ? 1 : ch.ring_descs);
-    if (!lean_) [[unlikely]] link_slot(in, s);
-    else if (lean_split_) [[unlikely]] lean_slots_[lean_n_++] = s;
-    Slot& sl = pool_[s];
-    Drop bad = Drop::kCount;
-    if (one && hdr12 && b.len >= sizeof(NetHdr) + kEthHdrLen) [[likely]] {
-      // The common chain: header and frame in one buffer. The header is read once, into
-      // the slot; the frame's one segment lives in the slot (never in the arena).
-      std::memcpy(&sl.hdr, b.ptr, sizeof(NetHdr));
-      pin_copy(sl.hdr);  // read once: the slot's copy is what counts
-      sl.inl[0] = Segment{b.ptr + sizeof(NetHdr), b.len - static_cast<uint32_t>(sizeof(NetHdr))};
-      sl.segs = sl.inl;
-      sl.nsegs = 1;
-      sl.len = sl.inl[0].len;
-    } else {
-      if (one) take_one(arena_, &ch, b.head, b.ptr, b.len);
-      TxFrame f;
-      if (split_tx_chain(arena_, ch, d.caps.hdr_len, &f)) {
-        sl.hdr = f.hdr;
-        sl.segs = &arena_.segs[f.seg_begin];
-        sl.nsegs = f.nsegs;
-        sl.len = f.len;
-        many_segs_ |= f.nsegs > kInlineSegs;
-      } else {
-        bad = Drop::kBadHeader;
-      }
-    }
-    if (bad == Drop::kCount && !offload::plain_tx_header(&sl.hdr)) [[unlikely]] {
-      const auto v = offload::check_tx_header(&sl.hdr, sl.len, d.caps.features);
-      if (v != offload::TxCheck::kOk)
-        bad = v == offload::TxCheck::kBadCsum ? Drop::kBadCsum : Drop::kBadGso;
-    }
-    if (bad != Drop::kCount) [[unlikely]] {
-      c.drop(bad);
-      sl.refs = 0;
-      if (!lean_) {
-        complete(s);  // returned in turn, after the older chains (IN_ORDER)
-      } else if (!lean_split_) {
-        // The lean list was burst_ so far; from this chain on it is kept apart.
-        std::memcpy(lean_slots_, burst_, k * sizeof burst_[0]);
-        lean_n_ = k;
-        lean_slots_[lean_n_++] = s;
-        lean_split_ = true;
-      }
-      return;
-    }
-    sl.t_ns = now;
-    sl.refs = 1;  // this burst's pin, released by end_burst
-    burst_[k++] = s;
-    bytes += sl.len;
-  };
+  const uint32_t ready = q->ready(t_->burst);  // split: the avail index, read once per burst
   // Pass 1: pop the burst's one-buffer chains (descriptors only) and prefetch their
   // buffers, so that the line transfers from the driver's core overlap instead of each
   // frame waiting for its own (the cost that triples when the two cores are far apart:
@@ -264,31 +200,100 @@ template <class Q>
   // Pass 2: the one-buffer chains in the order taken, then the chain that ended pass 1 and
   // any more the ring holds (chains of several descriptors, malformed ones), one by one.
   Chain unused;
-  for (uint32_t i = 0; i < npre; ++i) take(PopStatus::kOne, pre[i], unused);
+  for (uint32_t i = 0; i < npre; ++i) take_chain(bt, PopStatus::kOne, pre[i], unused);
   if (npre < ready && st != PopStatus::kEmpty && st != PopStatus::kBroken) [[unlikely]] {
     OneBuffer b{};  // (initialised for the compiler: written whenever kOne is returned)
     for (;;) {
-      take(st, b, ch);
-      if (taken >= ready || !arena_.has_room_for_chain()) break;
+      take_chain(bt, st, b, ch);
+      if (bt.taken >= ready || !arena_.has_room_for_chain()) break;
       st = q->template pop_any<false>(arena_, &ch, &b);
       if (st == PopStatus::kEmpty || st == PopStatus::kBroken) break;
     }
   }
   sh->leave();
   if (q->broken()) report_broken(in);
-  PortCounters::add(c.rx_packets, taken);
-  PortCounters::add(c.rx_bytes, bytes);
-  port::QueueCounters& qc = qcounters_[in][qi];
-  PortCounters::add(qc.rx_packets, taken);
-  PortCounters::add(qc.rx_bytes, bytes);
-  senders_dirty_ |= bit(in);
-  dirty_q_[in] |= static_cast<uint8_t>(1u << qi);
-  nburst_ = k;
-  if (lean_ && !lean_split_) lean_n_ = k;  // every chain taken is in burst_, in order
+  end_take(bt);
+  return bt.taken;
+}
+
+inline void Forwarder::take_chain(BurstTake& bt, PopStatus st, const OneBuffer& b, Chain& ch) {
+  ++bt.taken;
+  if (st == PopStatus::kBadChain || st == PopStatus::kTooBig) [[unlikely]] {
+    bt.c.drop(st == PopStatus::kTooBig ? Drop::kTooBig : Drop::kBadDescriptor);
+    return;
+  }
+  const bool one = st == PopStatus::kOne;
+  const uint16_t s = new_slot(bt.in, bt.qi, one ? b.head : ch.head, one ? 1 : ch.ring_descs);
+  if (!lean_) [[unlikely]] link_slot(bt.in, s);
+  else if (lean_split_) [[unlikely]] lean_slots_[lean_n_++] = s;
+  Slot& sl = pool_[s];
+  Drop bad = Drop::kCount;
+  if (one && bt.hdr_len == sizeof(NetHdr) && b.len >= sizeof(NetHdr) + kEthHdrLen) [[likely]] {
+    // The common chain: header and frame in one buffer. The header is read once, into
+    // the slot; the frame's one segment lives in the slot (never in the arena).
+    std::memcpy(&sl.hdr, b.ptr, sizeof(NetHdr));
+    pin_copy(sl.hdr);  // read once: the slot's copy is what counts
+    sl.inl[0] = Segment{b.ptr + sizeof(NetHdr), b.len - static_cast<uint32_t>(sizeof(NetHdr))};
+    sl.segs = sl.inl;
+    sl.nsegs = 1;
+    sl.len = sl.inl[0].len;
+  } else {
+    if (one) take_one(arena_, &ch, b.head, b.ptr, b.len);
+    bad = split_into_slot(sl, ch, bt.hdr_len);
+  }
+  if (bad == Drop::kCount && !offload::plain_tx_header(&sl.hdr)) [[unlikely]] {
+    const auto v = offload::check_tx_header(&sl.hdr, sl.len, bt.features);
+    if (v != offload::TxCheck::kOk)
+      bad = v == offload::TxCheck::kBadCsum ? Drop::kBadCsum : Drop::kBadGso;
+  }
+  if (bad != Drop::kCount) [[unlikely]] {
+    refuse_taken(bt, s, bad);
+    return;
+  }
+  sl.t_ns = bt.now;
+  sl.refs = 1;  // this burst's pin, released by end_burst
+  burst_[bt.k++] = s;
+  bt.bytes += sl.len;
+}
+
+Drop Forwarder::split_into_slot(Slot& sl, const Chain& ch, uint32_t hdr_len) {
+  TxFrame f;
+  if (!split_tx_chain(arena_, ch, hdr_len, &f)) return Drop::kBadHeader;
+  sl.hdr = f.hdr;
+  sl.segs = &arena_.segs[f.seg_begin];
+  sl.nsegs = f.nsegs;
+  sl.len = f.len;
+  many_segs_ |= f.nsegs > kInlineSegs;
+  return Drop::kCount;
+}
+
+void Forwarder::refuse_taken(BurstTake& bt, uint16_t s, Drop why) {
+  bt.c.drop(why);
+  pool_[s].refs = 0;
+  if (!lean_) {
+    complete(s);  // returned in turn, after the older chains (IN_ORDER)
+  } else if (!lean_split_) {
+    // The lean list was burst_ so far; from this chain on it is kept apart.
+    std::memcpy(lean_slots_, burst_, bt.k * sizeof burst_[0]);
+    lean_n_ = bt.k;
+    lean_slots_[lean_n_++] = s;
+    lean_split_ = true;
+  }
+}
+
+void Forwarder::end_take(const BurstTake& bt) {
+  PortCounters::add(bt.c.rx_packets, bt.taken);
+  PortCounters::add(bt.c.rx_bytes, bt.bytes);
+  port::QueueCounters& qc = qcounters_[bt.in][bt.qi];
+  PortCounters::add(qc.rx_packets, bt.taken);
+  PortCounters::add(qc.rx_bytes, bt.bytes);
+  senders_dirty_ |= bit(bt.in);
+  dirty_q_[bt.in] |= static_cast<uint8_t>(1u << bt.qi);
+  nburst_ = bt.k;
+  if (lean_ && !lean_split_) lean_n_ = bt.k;  // every chain taken is in burst_, in order
   lean_list_ = lean_split_ ? lean_slots_ : burst_;
-  lean_in_ = in;
-  lean_qi_ = qi;
-  return taken;
+  lean_in_ = bt.in;
+  lean_qi_ = bt.qi;
 }
 
 // Step 2, classify (3 instructions a frame cross-connected; 159 with the delivery of a
@@ -670,91 +675,41 @@ void Forwarder::deliver_handed(const Handed* h, uint32_t n) {
 template <class Q, class Get>
 uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, uint32_t cnt,
                                   uint64_t now, uint64_t keep_ns) {
-  port::Port* op = t_->ports[o];
-  const port::PortDp& od = op->dp();
-  PortCounters& oc = counters_[o];
-  port::QueueCounters& qc = qcounters_[o][qi];
-  QueueAgeStats& age = age_[o];
-  uint64_t sent = 0, bytes = 0, nobuf = 0;
+  const port::PortDp& od = t_->ports[o]->dp();
   // The receiver's settings as locals (the pops' barriers would reload them every frame).
-  const uint32_t max_frame = od.caps.max_frame;
-  const uint32_t hdr_len = od.caps.hdr_len;
-  const bool mrg_rxbuf = od.caps.mrg_rxbuf;
-  // Queue ages: frames of one burst share their time, so the histogram is updated once per
-  // run of equal times (frames run_j..j), not once per frame.
-  uint64_t run_t = frame(0).t_ns;
-  uint32_t run_j = 0;
-  // Pass 1: for the leading plain frames (no offload asked, one segment, within the
-  // receiver's limit), pop one one-buffer receive chain each and prefetch it for writing,
-  // so that the lines the driver last touched arrive together, not one frame at a time.
-  // A chain of another kind ends the pass and un-pops every chain it took (restore: nothing
-  // was pushed yet; one mark per batch, not per chain), leaving the whole batch to the
-  // frame-by-frame path below.
+  DeliverRun r{o, qi, now, od.caps, frame(0).t_ns};
+  // Pass 1: receive buffers for the leading plain frames, prefetched for writing.
   OneBuffer rx[kTxqCap];
-  uint32_t nrx = 0;
-  {
-    // A chain of another kind is popped into the scratch arena before it is un-popped: the
-    // arena must have a chain's room (a spread frame's last delivery may have filled it).
-    scratch_.clear();
-    // (cnt <= kTxqCap: a queue flush, a burst or a handed-off batch; bounded here for rx[].)
-    const uint32_t ready = rq->ready(std::min<uint32_t>(cnt, kTxqCap));  // split: avail idx once
-    const auto start = rq->mark();
-    while (nrx < ready) {
-      const Slot& sl = frame(nrx);
-      uint16_t fg;
-      std::memcpy(&fg, &sl.hdr, sizeof fg);
-      if (fg || sl.len > max_frame || sl.nsegs != 1) [[unlikely]] break;
-      Chain ch;
-      const PopStatus st = rq->template pop_any<true>(scratch_, &ch, &rx[nrx]);
-      if (st != PopStatus::kOne) [[unlikely]] {
-        if (st != PopStatus::kEmpty) {  // (an empty packed ring took nothing)
-          rq->restore(start);
-          nrx = 0;
-        }
-        break;
-      }
-      __builtin_prefetch(rx[nrx].ptr, 1);
-      __builtin_prefetch(rx[nrx].ptr + 64, 1);
-      ++nrx;
-    }
-  }
+  const uint32_t nrx = pop_rx_ahead(rq, frame, cnt, r.caps.max_frame, rx);
   uint32_t j = 0;
   // Pass 2: the frames pass 1 found buffers for.
   for (; j < nrx; ++j) {
     const Slot& sl = frame(j);
-    if (sl.t_ns != run_t) [[unlikely]] {
-      age.add(now > run_t ? now - run_t : 0, j - run_j);
-      run_t = sl.t_ns;
-      run_j = j;
-    }
-    if (rx[j].len < uint64_t{hdr_len} + sl.len) [[unlikely]] {  // spread over several buffers
+    r.age_step(age_[o], sl.t_ns, j);
+    if (rx[j].len < uint64_t{r.caps.hdr_len} + sl.len) [[unlikely]] {  // spread over buffers
       rq->unpop_ones(nrx - j);
       break;
     }
-    virtio::put_one(*rq, rx[j], NetHdr{}, hdr_len, sl.segs[0].ptr, sl.len);
-    ++sent;
-    bytes += sl.len;
+    virtio::put_one(*rq, rx[j], NetHdr{}, r.caps.hdr_len, sl.segs[0].ptr, sl.len);
+    ++r.sent;
+    r.bytes += sl.len;
   }
   // Then frame by frame.
   for (; j < cnt; ++j) {
     const Slot& sl = frame(j);
-    if (sl.t_ns != run_t) [[unlikely]] {
-      age.add(now > run_t ? now - run_t : 0, j - run_j);
-      run_t = sl.t_ns;
-      run_j = j;
-    }
+    r.age_step(age_[o], sl.t_ns, j);
     // A frame that asks for no offload goes straight to the copy (offload/deliver.h): its
     // flags and gso_type bytes, tested as one 16-bit word.
     uint16_t flags_gso;
     std::memcpy(&flags_gso, &sl.hdr, sizeof flags_gso);
     static_assert(offsetof(NetHdr, flags) == 0 && offsetof(NetHdr, gso_type) == 1);
     offload::Outcome st;
-    if (!flags_gso && sl.len <= max_frame) [[likely]] {
-      const DeliverStatus ds = deliver_frame(*rq, scratch_, NetHdr{}, hdr_len, sl.segs,
-                                             sl.nsegs, sl.len, mrg_rxbuf);
+    if (!flags_gso && sl.len <= r.caps.max_frame) [[likely]] {
+      const DeliverStatus ds = deliver_frame(*rq, scratch_, NetHdr{}, r.caps.hdr_len, sl.segs,
+                                             sl.nsegs, sl.len, r.caps.mrg_rxbuf);
       if (ds == DeliverStatus::kOk) [[likely]] {
-        ++sent;
-        bytes += sl.len;
+        ++r.sent;
+        r.bytes += sl.len;
         continue;
       }
       // The receive queue is full and nothing of the frame went in: keep it (and the
@@ -764,38 +719,96 @@ uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, u
         break;
       st = offload::map(ds);
     } else {
-      st = offload_.deliver(*rq, scratch_, sl.hdr, sl.segs, sl.nsegs, sl.len, od.caps, oc.offload_work);
+      st = offload_.deliver(*rq, scratch_, sl.hdr, sl.segs, sl.nsegs, sl.len, r.caps,
+                            counters_[o].offload_work);
     }
-    if (st == offload::Outcome::kOk) [[likely]] {
-      ++sent;
-      bytes += sl.len;
-    } else if (st == offload::Outcome::kNoBuffer) {
-      oc.drop(Drop::kNoRxBuffer);
-      ++nobuf;
-    } else if (st == offload::Outcome::kTooBig) {
-      oc.drop(Drop::kTooBig);
-    } else if (st == offload::Outcome::kBadGso) {
-      counters_[sl.src].drop(Drop::kBadGso);
-    } else {
-      oc.drop(Drop::kRingBroken, cnt - j);
-      age.add(now > run_t ? now - run_t : 0, j + 1 - run_j);  // frames after it: not aged
-      run_j = cnt;
+    if (!count_outcome(r, st, sl)) [[unlikely]] {  // the receive queue stopped
+      counters_[o].drop(Drop::kRingBroken, cnt - j);
+      age_[o].add(now > r.run_t ? now - r.run_t : 0, j + 1 - r.run_j);  // the rest: not aged
+      r.run_j = cnt;
       VL_LOG_RL(spdlog::level::err,
                 "port {}: malformed receive chain or avail index; receive queue {} stopped "
                 "(pmd {}: {})",
-                op->name(), qi, thread_, rq->state());
+                t_->ports[o]->name(), qi, thread_, rq->state());
       j = cnt;  // all counted: none kept
       break;
     }
   }
-  if (j > run_j) age.add(now > run_t ? now - run_t : 0, j - run_j);
-  PortCounters::add(oc.tx_packets, sent);
-  PortCounters::add(oc.tx_bytes, bytes);
-  PortCounters::add(qc.tx_packets, sent);
-  PortCounters::add(qc.tx_bytes, bytes);
-  if (nobuf) PortCounters::add(qc.no_rx_buffer, nobuf);
+  end_delivery(r, j);
   rq->publish_used();
   return j;
+}
+
+template <class Q, class Get>
+[[gnu::always_inline]] inline uint32_t Forwarder::pop_rx_ahead(Q* rq, Get& frame, uint32_t cnt,
+                                                               uint32_t max_frame,
+                                                               OneBuffer* rx) {
+  // For the leading plain frames (no offload asked, one segment, within the receiver's
+  // limit), one one-buffer receive chain each, prefetched for writing, so that the lines
+  // the driver last touched arrive together, not one frame at a time. A chain of another
+  // kind ends the pass and un-pops every chain it took (restore: nothing was pushed yet;
+  // one mark per batch, not per chain), leaving the whole batch to the frame-by-frame path.
+  // A chain of another kind is popped into the scratch arena before it is un-popped: the
+  // arena must have a chain's room (a spread frame's last delivery may have filled it).
+  scratch_.clear();
+  // (cnt <= kTxqCap: a queue flush, a burst or a handed-off batch; bounded here for rx[].)
+  const uint32_t ready = rq->ready(std::min<uint32_t>(cnt, kTxqCap));  // split: avail idx once
+  const auto start = rq->mark();
+  uint32_t nrx = 0;
+  while (nrx < ready) {
+    const Slot& sl = frame(nrx);
+    uint16_t fg;
+    std::memcpy(&fg, &sl.hdr, sizeof fg);
+    if (fg || sl.len > max_frame || sl.nsegs != 1) [[unlikely]] break;
+    Chain ch;
+    const PopStatus st = rq->template pop_any<true>(scratch_, &ch, &rx[nrx]);
+    if (st != PopStatus::kOne) [[unlikely]] {
+      if (st != PopStatus::kEmpty) {  // (an empty packed ring took nothing)
+        rq->restore(start);
+        nrx = 0;
+      }
+      break;
+    }
+    __builtin_prefetch(rx[nrx].ptr, 1);
+    __builtin_prefetch(rx[nrx].ptr + 64, 1);
+    ++nrx;
+  }
+  return nrx;
+}
+
+bool Forwarder::count_outcome(DeliverRun& r, offload::Outcome st, const Slot& sl) {
+  PortCounters& oc = counters_[r.o];
+  switch (st) {
+    case offload::Outcome::kOk:
+      ++r.sent;
+      r.bytes += sl.len;
+      return true;
+    case offload::Outcome::kNoBuffer:
+      oc.drop(Drop::kNoRxBuffer);
+      ++r.nobuf;
+      return true;
+    case offload::Outcome::kTooBig:
+      oc.drop(Drop::kTooBig);
+      return true;
+    case offload::Outcome::kBadGso:
+      counters_[sl.src].drop(Drop::kBadGso);
+      return true;
+    case offload::Outcome::kBadRing:
+      break;
+  }
+  return false;
+}
+
+void Forwarder::end_delivery(DeliverRun& r, uint32_t j) {
+  QueueAgeStats& age = age_[r.o];
+  if (j > r.run_j) age.add(r.now > r.run_t ? r.now - r.run_t : 0, j - r.run_j);
+  PortCounters& oc = counters_[r.o];
+  port::QueueCounters& qc = qcounters_[r.o][r.qi];
+  PortCounters::add(oc.tx_packets, r.sent);
+  PortCounters::add(oc.tx_bytes, r.bytes);
+  PortCounters::add(qc.tx_packets, r.sent);
+  PortCounters::add(qc.tx_bytes, r.bytes);
+  if (r.nobuf) PortCounters::add(qc.no_rx_buffer, r.nobuf);
 }
 
 }  // namespace vl::dp

@@ -171,6 +171,26 @@ class Forwarder {
   uint32_t forward_burst(uint32_t in, uint32_t qi, Q* q, port::QueueShared* sh);
   template <class Q>
   uint32_t take_burst(uint32_t in, uint32_t qi, Q* q, port::QueueShared* sh);
+  /// take_burst()'s state: where the burst comes from, the sender's settings as locals, and
+  /// what was taken (chains, good frames in burst_, their bytes).
+  struct BurstTake {
+    uint32_t in, qi;
+    uint64_t now;       ///< the burst's time (every frame's queue age starts here), ns
+    uint32_t hdr_len;   ///< the sender's virtio-net header bytes
+    uint64_t features;  ///< the sender's negotiated features (offload checks)
+    port::PortCounters& c;
+    uint32_t taken = 0, k = 0;
+    uint64_t bytes = 0;
+  };
+  /// take_burst()'s steps: one chain popped with status `st` (`b`: a one-buffer chain;
+  /// else `ch`) into a slot; a chain that is not one buffer split into header and frame
+  /// (kCount, or why it is refused); a refused chain's slot; the burst's counters and lean
+  /// list.
+  [[gnu::always_inline]] void take_chain(BurstTake& bt, virtio::PopStatus st,
+                                         const virtio::OneBuffer& b, virtio::Chain& ch);
+  port::Drop split_into_slot(Slot& sl, const virtio::Chain& ch, uint32_t hdr_len);
+  void refuse_taken(BurstTake& bt, uint16_t s, port::Drop why);
+  void end_take(const BurstTake& bt);
   void classify(uint32_t in);
   void end_burst();
   void report_broken(uint32_t in);
@@ -187,6 +207,32 @@ class Forwarder {
   template <class Q, class Get>
   uint32_t deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, uint32_t n, uint64_t now,
                          uint64_t keep_ns);
+  /// deliver_queue()'s state: the receiver, its settings as locals, what was delivered, and
+  /// the run of frames of equal burst time whose queue age is not yet recorded (frames of
+  /// one burst share their time, so the histogram is updated once per run, not per frame).
+  struct DeliverRun {
+    uint32_t o, qi;
+    uint64_t now;
+    offload::RxCaps caps;
+    uint64_t run_t;        ///< burst time of the current run
+    uint32_t run_j = 0;    ///< its first frame
+    uint64_t sent = 0, bytes = 0, nobuf = 0;
+    /// Frame `j` has burst time `t`: ends the run before it when that time differs.
+    [[gnu::always_inline]] void age_step(QueueAgeStats& age, uint64_t t, uint32_t j) {
+      if (t != run_t) [[unlikely]] {
+        age.add(now > run_t ? now - run_t : 0, j - run_j);
+        run_t = t;
+        run_j = j;
+      }
+    }
+  };
+  /// deliver_queue()'s steps: pass 1 (returns how many of rx[] it filled); one frame's
+  /// outcome counted (false: the receive queue stopped); the batch's ages and counters.
+  template <class Q, class Get>
+  uint32_t pop_rx_ahead(Q* rq, Get& frame, uint32_t cnt, uint32_t max_frame,
+                        virtio::OneBuffer* rx);
+  bool count_outcome(DeliverRun& r, offload::Outcome st, const Slot& sl);
+  void end_delivery(DeliverRun& r, uint32_t j);
   /// Copies `n` slots for guest receive queue `qi` of port `o` (routing generation `gen`)
   /// into the handoff ring to PMD thread `via`, which writes that queue.
   void hand_off(uint32_t o, uint32_t via, uint32_t qi, uint32_t gen, const uint16_t* slots,

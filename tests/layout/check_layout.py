@@ -32,13 +32,8 @@ MAX_FUNCTION_LINES = 90
 # marks the matching links "# upward, removed by ...".
 KNOWN_INCLUDES = {}
 
-# Known long functions: (file, function name as the scanner reports it) -> why. Lengths on
-# 288763f in brackets.
-HOT = "per-frame hot path, outside this restructuring: stays listed until its owner splits it"
-KNOWN_LONG_FUNCTIONS = {
-    ("src/dp/forwarder.cpp", "Forwarder::deliver_queue"): "(128) " + HOT,
-    ("src/dp/forwarder.cpp", "Forwarder::take_burst"): "(122) " + HOT,
-}
+# Known long functions: (file, function name as the scanner reports it) -> why.
+KNOWN_LONG_FUNCTIONS = {}
 
 # Included names without a directory that are not in the includer's directory.
 GENERATED = {"virtlink_version.h": "util"}  # configured from src/util/version.h.in
