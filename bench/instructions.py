@@ -48,15 +48,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # entry it writes.
 COPY_INLINED = r"(net_copy\.h|device_queue\.h|guest_memory\.h):.*Forwarder::deliver_(to|queue)<"
 PHASES = [
-    ("dequeue", r"Forwarder::take_burst<|DeviceQueue::pop<false>|PackedDeviceQueue::pop<false>|"
+    ("dequeue", r"Forwarder::take_burst<|SplitDeviceQueue::pop<false>|PackedDeviceQueue::pop<false>|"
                 r"split_tx_chain|check_tx_header|plain_tx_header|Forwarder::take_slot|has_avail|"
-                r"DeviceQueue::pending|QueueShared::"),
+                r"SplitDeviceQueue::pending|QueueShared::"),
     ("classify", r"Forwarder::classify|Forwarder::enqueue|Forwarder::flood|Fdb::lookup|Fdb::learn|mac_from_bytes"),
-    ("copy", COPY_INLINED + r"|deliver_frame<|DeviceQueue::pop<true>|PackedDeviceQueue::pop<true>|memcpy|memmove|"
+    ("copy", COPY_INLINED + r"|deliver_frame<|SplitDeviceQueue::pop<true>|PackedDeviceQueue::pop<true>|memcpy|memmove|"
              r"fill_chain|Reader::read|gather_copy"),
     ("write_back", r"publish_used|Forwarder::retire|push_used|Forwarder::publish_senders|"
                    r"Forwarder::complete|Forwarder::unref|need_event"),
-    ("notify", r"DeviceQueue::signal|eventfd_write|^write$|__GI___libc_write"),
+    ("notify", r"SplitDeviceQueue::signal|eventfd_write|^write$|__GI___libc_write"),
     ("deliver", r"Forwarder::deliver_queue|Forwarder::deliver_to|Forwarder::flush_port|"
                 r"QueueAgeStats|SoftOffload::deliver|Forwarder::end_burst|due_at|Forwarder::flush_due"),
 ]

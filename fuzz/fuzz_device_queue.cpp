@@ -1,4 +1,4 @@
-// Fuzz target: the split-ring walker (virtio::DeviceQueue::pop, indirect tables, avail
+// Fuzz target: the split-ring walker (virtio::SplitDeviceQueue::pop, indirect tables, avail
 // index checks, used ring and notifications) and the copy paths (split_tx_chain,
 // gather_copy, deliver_frame with and without mergeable RX buffers) over fake guest memory
 // whose descriptors, rings, indirect tables and headers the input writes, also between
@@ -52,7 +52,7 @@ struct World {
   FakeMemory mem;
   GuestMemory gm;
   std::unique_ptr<FakeVring> ring[2];  // 0: TX (driver -> device), 1: RX
-  DeviceQueue q[2];
+  SplitDeviceQueue q[2];
   uint32_t num = 0;
   uint64_t features = 0;
   uint32_t hdr_len = 10;
@@ -84,8 +84,8 @@ struct World {
 };
 
 void burst(World& w) {
-  DeviceQueue& tx = w.q[0];
-  DeviceQueue& rx = w.q[1];
+  SplitDeviceQueue& tx = w.q[0];
+  SplitDeviceQueue& rx = w.q[1];
   if (tx.broken()) return;
   const int n = tx.pending();
   if (n < 0) return;
@@ -214,7 +214,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 6: burst(*w); break;
       case 7: {
         const uint32_t len = in.u16() % 9100;
-        DeviceQueue& rx = w->q[1];
+        SplitDeviceQueue& rx = w->q[1];
         if (rx.broken() || rx.pending() < 0) break;
         Segment s{w->frame, len};
         NetHdr hdr{};

@@ -106,7 +106,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   GuestMemory gm;
   if (!mem.build(gm)) die("GuestMemory::build_unowned failed");
-  DeviceQueue q;
+  SplitDeviceQueue q;
   ring.attach(q, gm, rxf);
   offload::RxCaps od;
   od.hdr_len = net_hdr_len(rxf);

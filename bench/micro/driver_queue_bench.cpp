@@ -1,4 +1,4 @@
-// The driver side's cost per frame, split (DriverQueue) vs packed (PackedDriverQueue)
+// The driver side's cost per frame, split (SplitDriverQueue) vs packed (PackedDriverQueue)
 // virtqueues, against virtlink's own device-side queues in one thread: a burst of 32
 // transmit buffers posted and published (what `virtlink gen` does per burst), taken by the
 // device, returned, and reclaimed. The counter driver_cycles_per_frame is the TSC cycles of
@@ -13,10 +13,10 @@
 #include <string>
 #include <type_traits>
 
-#include "virtio/device_queue.h"
+#include "virtio/split_device_queue.h"
 #include "virtio/driver_memory.h"
-#include "virtio/driver_packed_queue.h"
-#include "virtio/driver_queue.h"
+#include "virtio/packed_driver_queue.h"
+#include "virtio/split_driver_queue.h"
 #include "virtio/guest_memory.h"
 #include "virtio/packed_device_queue.h"
 
@@ -85,7 +85,7 @@ void BM_DriverTx(benchmark::State& state) {
   state.counters["driver_cycles_per_frame"] =
       frames ? static_cast<double>(drv_cycles) / static_cast<double>(frames) : 0;
 }
-BENCHMARK(BM_DriverTx<DriverQueue, DeviceQueue>)->Name("BM_DriverTx/split");
+BENCHMARK(BM_DriverTx<SplitDriverQueue, SplitDeviceQueue>)->Name("BM_DriverTx/split");
 BENCHMARK(BM_DriverTx<PackedDriverQueue, PackedDeviceQueue>)->Name("BM_DriverTx/packed");
 
 }  // namespace

@@ -11,9 +11,9 @@
 #include <cstring>
 #include <string>
 
-#include "virtio/device_queue.h"
+#include "virtio/split_device_queue.h"
 #include "virtio/driver_memory.h"
-#include "virtio/driver_queue.h"
+#include "virtio/split_driver_queue.h"
 #include "virtio/guest_memory.h"
 #include "virtio/net_copy.h"
 
@@ -29,10 +29,10 @@ constexpr uint32_t kHdr = 12;
 /// One guest: driver memory with both queues and a buffer pool, plus the back-end's view.
 struct Guest {
   DriverMemory mem;
-  DriverQueue rx, tx;
+  SplitDriverQueue rx, tx;
   BufferPool pool;
   GuestMemory dev_mem;
-  DeviceQueue dev_rx, dev_tx;
+  SplitDeviceQueue dev_rx, dev_tx;
 
   explicit Guest(const char* name) {
     std::string err;
@@ -43,7 +43,7 @@ struct Guest {
     const int fd = mem.fd();
     if (!dev_mem.build(&r, &fd, 1, &err)) abort();
     const uint64_t f = bit(kFVersion1) | bit(kNetFMrgRxbuf) | bit(kRingFEventIdx);
-    auto attach = [&](DeviceQueue& d, DriverQueue& q) {
+    auto attach = [&](SplitDeviceQueue& d, SplitDriverQueue& q) {
       d.attach(&dev_mem, kQ, reinterpret_cast<VringDesc*>(dev_mem.uva_to_host(q.desc_uva(), 16 * kQ)),
                reinterpret_cast<VringAvail*>(dev_mem.uva_to_host(q.avail_uva(), 6 + 2 * kQ)),
                reinterpret_cast<VringUsed*>(dev_mem.uva_to_host(q.used_uva(), 6 + 8 * kQ)), 0, f);

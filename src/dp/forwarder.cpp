@@ -247,7 +247,7 @@ inline void Forwarder::take_chain(BurstTake& bt, PopStatus st, const OneBuffer& 
       bad = v == offload::TxCheck::kBadCsum ? Drop::kBadCsum : Drop::kBadGso;
   }
   if (bad != Drop::kCount) [[unlikely]] {
-    refuse_taken(bt, s, bad);
+    refuse_taken(bt.c, bt.k, s, bad);
     return;
   }
   sl.t_ns = bt.now;
@@ -267,21 +267,21 @@ Drop Forwarder::split_into_slot(Slot& sl, const Chain& ch, uint32_t hdr_len) {
   return Drop::kCount;
 }
 
-void Forwarder::refuse_taken(BurstTake& bt, uint16_t s, Drop why) {
-  bt.c.drop(why);
+void Forwarder::refuse_taken(PortCounters& c, uint32_t k, uint16_t s, Drop why) {
+  c.drop(why);
   pool_[s].refs = 0;
   if (!lean_) {
     complete(s);  // returned in turn, after the older chains (IN_ORDER)
   } else if (!lean_split_) {
     // The lean list was burst_ so far; from this chain on it is kept apart.
-    std::memcpy(lean_slots_, burst_, bt.k * sizeof burst_[0]);
-    lean_n_ = bt.k;
+    std::memcpy(lean_slots_, burst_, k * sizeof burst_[0]);
+    lean_n_ = k;
     lean_slots_[lean_n_++] = s;
     lean_split_ = true;
   }
 }
 
-void Forwarder::end_take(const BurstTake& bt) {
+void Forwarder::end_take(BurstTake bt) {
   PortCounters::add(bt.c.rx_packets, bt.taken);
   PortCounters::add(bt.c.rx_bytes, bt.bytes);
   port::QueueCounters& qc = qcounters_[bt.in][bt.qi];
@@ -475,7 +475,7 @@ void Forwarder::retire(uint32_t src) {
     if (qp.txq) [[likely]]
       qp.txq.visit([&](auto& q) { run(&q); });
     else  // the ring went away: the chains are gone with it
-      run(static_cast<virtio::DeviceQueue*>(nullptr));
+      run(static_cast<virtio::SplitDeviceQueue*>(nullptr));
   }
   live_from_[src] -= n;
   src_old_[src] = s;
@@ -722,7 +722,13 @@ uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, u
       st = offload_.deliver(*rq, scratch_, sl.hdr, sl.segs, sl.nsegs, sl.len, r.caps,
                             counters_[o].offload_work);
     }
-    if (!count_outcome(r, st, sl)) [[unlikely]] {  // the receive queue stopped
+    if (st == offload::Outcome::kOk) [[likely]] {
+      ++r.sent;
+      r.bytes += sl.len;
+    } else if (st == offload::Outcome::kNoBuffer) {
+      counters_[o].drop(Drop::kNoRxBuffer);
+      ++r.nobuf;
+    } else if (!count_refused(o, st, sl.src)) [[unlikely]] {  // the receive queue stopped
       counters_[o].drop(Drop::kRingBroken, cnt - j);
       age_[o].add(now > r.run_t ? now - r.run_t : 0, j + 1 - r.run_j);  // the rest: not aged
       r.run_j = cnt;
@@ -776,22 +782,16 @@ template <class Q, class Get>
   return nrx;
 }
 
-bool Forwarder::count_outcome(DeliverRun& r, offload::Outcome st, const Slot& sl) {
-  PortCounters& oc = counters_[r.o];
+bool Forwarder::count_refused(uint32_t o, offload::Outcome st, uint32_t src) {
   switch (st) {
     case offload::Outcome::kOk:
-      ++r.sent;
-      r.bytes += sl.len;
-      return true;
-    case offload::Outcome::kNoBuffer:
-      oc.drop(Drop::kNoRxBuffer);
-      ++r.nobuf;
+    case offload::Outcome::kNoBuffer:  // (counted by the caller)
       return true;
     case offload::Outcome::kTooBig:
-      oc.drop(Drop::kTooBig);
+      counters_[o].drop(Drop::kTooBig);
       return true;
     case offload::Outcome::kBadGso:
-      counters_[sl.src].drop(Drop::kBadGso);
+      counters_[src].drop(Drop::kBadGso);
       return true;
     case offload::Outcome::kBadRing:
       break;
@@ -799,7 +799,7 @@ bool Forwarder::count_outcome(DeliverRun& r, offload::Outcome st, const Slot& sl
   return false;
 }
 
-void Forwarder::end_delivery(DeliverRun& r, uint32_t j) {
+void Forwarder::end_delivery(DeliverRun r, uint32_t j) {
   QueueAgeStats& age = age_[r.o];
   if (j > r.run_j) age.add(r.now > r.run_t ? r.now - r.run_t : 0, j - r.run_j);
   PortCounters& oc = counters_[r.o];

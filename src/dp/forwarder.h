@@ -21,7 +21,7 @@
 // queued for a retry, up to the port's tx_retry_ns (then it is dropped as no_rx_buffer).
 //
 // Ring layouts: the burst loop and the delivery loop are templates over the queue type
-// (split virtio::DeviceQueue, packed virtio::PackedDeviceQueue), chosen once per burst or
+// (split virtio::SplitDeviceQueue, packed virtio::PackedDeviceQueue), chosen once per burst or
 // per output queue: no virtual call and no layout test per packet.
 //
 // Threads: a Forwarder belongs to one PMD thread; nothing in it is shared (no locks), except
@@ -189,8 +189,8 @@ class Forwarder {
   [[gnu::always_inline]] void take_chain(BurstTake& bt, virtio::PopStatus st,
                                          const virtio::OneBuffer& b, virtio::Chain& ch);
   port::Drop split_into_slot(Slot& sl, const virtio::Chain& ch, uint32_t hdr_len);
-  void refuse_taken(BurstTake& bt, uint16_t s, port::Drop why);
-  void end_take(const BurstTake& bt);
+  void refuse_taken(port::PortCounters& c, uint32_t k, uint16_t s, port::Drop why);
+  void end_take(BurstTake bt);  // (by value, as end_delivery: the state stays in registers)
   void classify(uint32_t in);
   void end_burst();
   void report_broken(uint32_t in);
@@ -226,13 +226,13 @@ class Forwarder {
       }
     }
   };
-  /// deliver_queue()'s steps: pass 1 (returns how many of rx[] it filled); one frame's
-  /// outcome counted (false: the receive queue stopped); the batch's ages and counters.
+  /// deliver_queue()'s steps: pass 1 (returns how many of rx[] it filled); a refused
+  /// frame's drop counted (false: the receive queue stopped); the batch's ages and counters.
   template <class Q, class Get>
   uint32_t pop_rx_ahead(Q* rq, Get& frame, uint32_t cnt, uint32_t max_frame,
                         virtio::OneBuffer* rx);
-  bool count_outcome(DeliverRun& r, offload::Outcome st, const Slot& sl);
-  void end_delivery(DeliverRun& r, uint32_t j);
+  bool count_refused(uint32_t o, offload::Outcome st, uint32_t src);
+  void end_delivery(DeliverRun r, uint32_t j);
   /// Copies `n` slots for guest receive queue `qi` of port `o` (routing generation `gen`)
   /// into the handoff ring to PMD thread `via`, which writes that queue.
   void hand_off(uint32_t o, uint32_t via, uint32_t qi, uint32_t gen, const uint16_t* slots,

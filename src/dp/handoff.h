@@ -11,7 +11,7 @@
 #include <memory>
 #include <new>
 
-#include "virtio/device_queue.h"
+#include "virtio/split_device_queue.h"
 #include "virtio/virtio_defs.h"
 
 namespace vl::dp {

@@ -8,7 +8,7 @@
 // buffer i of queue k belongs to that queue's descriptor cookie i and is prefilled once by the
 // caller; receive buffers are posted whole and re-posted after use.
 //
-// Hot path: the *_on<Q>() members are templates over the queue type (virtio::DriverQueue or
+// Hot path: the *_on<Q>() members are templates over the queue type (virtio::SplitDriverQueue or
 // virtio::PackedDriverQueue): the caller dispatches once (packed() ? ... : ...) for a whole
 // loop, so there is no branch or virtual call per packet. The members without <Q> dispatch
 // themselves, for set-up and slow paths.
@@ -19,8 +19,8 @@
 
 #include "vhost/frontend.h"
 #include "virtio/driver_memory.h"
-#include "virtio/driver_packed_queue.h"
-#include "virtio/driver_queue.h"
+#include "virtio/packed_driver_queue.h"
+#include "virtio/split_driver_queue.h"
 
 namespace vl::gen {
 
@@ -38,7 +38,7 @@ struct VPortConfig {
 
 class VPort {
  public:
-  using Split = virtio::DriverQueue;
+  using Split = virtio::SplitDriverQueue;
   using Packed = virtio::PackedDriverQueue;
 
   /// Negotiates with the back-end. Fails (with `*err`) when it does not offer what the

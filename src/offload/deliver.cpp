@@ -102,7 +102,7 @@ Outcome SoftOffload::soft_gso(Q& rq, SegmentArena& scratch, const NetHdr& h,
   return Outcome::kOk;
 }
 
-template Outcome SoftOffload::deliver<DeviceQueue>(DeviceQueue&, SegmentArena&, const NetHdr&,
+template Outcome SoftOffload::deliver<SplitDeviceQueue>(SplitDeviceQueue&, SegmentArena&, const NetHdr&,
                                                    const Segment*, uint32_t, uint32_t,
                                                    const RxCaps&, WorkCounters&);
 template Outcome SoftOffload::deliver<PackedDeviceQueue>(PackedDeviceQueue&, SegmentArena&,

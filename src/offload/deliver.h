@@ -45,7 +45,7 @@ class SoftOffload {
   /// header `h` passed check_tx_header(), to the receive queue `rq` of a port that
   /// negotiated `caps`. Counts software work and passed-through TSO frames in `work` (the
   /// receiver's counters).
-  /// `Q`: virtio::DeviceQueue or PackedDeviceQueue (instantiated in deliver.cpp).
+  /// `Q`: virtio::SplitDeviceQueue or PackedDeviceQueue (instantiated in deliver.cpp).
   template <class Q>
   Outcome deliver(Q& rq, virtio::SegmentArena& scratch, const virtio::NetHdr& h,
                   const virtio::Segment* src, uint32_t nsrc, uint32_t len, const RxCaps& caps,

@@ -11,7 +11,7 @@
 #include "vhost/channel.h"
 #include "vhost/link_protocol.h"
 #include "vhost/protocol.h"
-#include "virtio/device_queue.h"
+#include "virtio/split_device_queue.h"
 #include "virtio/dirty_log.h"
 #include "virtio/packed_device_queue.h"
 #include "virtio/guest_memory.h"
@@ -47,7 +47,7 @@ inline constexpr uint32_t tx_vring(uint32_t qp) { return 2 * qp + 1; }
 
 /// One vring's control state plus the datapath queue.
 struct Vring {
-  virtio::DeviceQueue q;         ///< the queue when the ring is split
+  virtio::SplitDeviceQueue q;         ///< the queue when the ring is split
   virtio::PackedDeviceQueue pq;  ///< the queue when VIRTIO_F_RING_PACKED was negotiated
   bool packed = false;           ///< which of the two is attached (set by refresh)
   uint32_t num = 0;  ///< SET_VRING_NUM; 0 until set

@@ -109,7 +109,7 @@ bool Frontend::request_state(Req req, VringState s, VringState* out, std::string
   return true;
 }
 
-bool Frontend::start(DriverMemory& mem, DriverQueue& rxq, DriverQueue& txq, std::string* err) {
+bool Frontend::start(DriverMemory& mem, SplitDriverQueue& rxq, SplitDriverQueue& txq, std::string* err) {
   if (!start(mem, {VringSetup::of(rxq), VringSetup::of(txq)}, err)) return false;
   rxq.set_kick_fd(kick_fd(0));
   rxq.set_call_fd(call_fd(0));

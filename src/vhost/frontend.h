@@ -10,7 +10,7 @@
 #include "vhost/channel.h"
 #include "vhost/protocol.h"
 #include "virtio/driver_memory.h"
-#include "virtio/driver_queue.h"
+#include "virtio/split_driver_queue.h"
 
 namespace vl::vhost {
 
@@ -43,7 +43,7 @@ class Frontend {
   /// Opens the connection (client: retries until timeout; server: waits for the back-end).
   bool connect(const FrontendOptions& o, std::string* err);
   /// Negotiates and starts queue pair 0: vring 0 = `rxq` (we receive), 1 = `txq`.
-  bool start(virtio::DriverMemory& mem, virtio::DriverQueue& rxq, virtio::DriverQueue& txq,
+  bool start(virtio::DriverMemory& mem, virtio::SplitDriverQueue& rxq, virtio::SplitDriverQueue& txq,
              std::string* err);
   /// Negotiates and starts `vrings.size() / 2` queue pairs: vring 2k is pair k's receive
   /// queue, 2k+1 its transmit queue (virtio 1.2 §5.1.2), each given by its ring addresses

@@ -1,7 +1,7 @@
 #pragma once
 // What the device side of both ring layouts shares: the guest memory a ring lives in, its
 // size and negotiated ring features, the call eventfd (used-buffer notifications), the
-// broken state, and the dirty log of live migration. DeviceQueue (split) and
+// broken state, and the dirty log of live migration. SplitDeviceQueue (split) and
 // PackedDeviceQueue (packed) derive from it; docs/architecture.md "Rings".
 #include <sys/eventfd.h>
 

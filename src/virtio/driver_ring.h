@@ -1,7 +1,7 @@
 #pragma once
 // What the driver side of both ring layouts shares: the driver memory the ring lives in,
 // its size, the buffer IDs in flight, the kick and call eventfds and the broken state.
-// DriverQueue (split) and PackedDriverQueue (packed) derive from it; docs/architecture.md
+// SplitDriverQueue (split) and PackedDriverQueue (packed) derive from it; docs/architecture.md
 // "Rings".
 #include <sys/eventfd.h>
 

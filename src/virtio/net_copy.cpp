@@ -202,9 +202,9 @@ DeliverStatus deliver_frame_rest(Q& q, SegmentArena& scratch, NetHdr hdr, uint32
   return DeliverStatus::kOk;
 }
 
-template DeliverStatus deliver_frame_rest<DeviceQueue>(DeviceQueue&, SegmentArena&, NetHdr,
+template DeliverStatus deliver_frame_rest<SplitDeviceQueue>(SplitDeviceQueue&, SegmentArena&, NetHdr,
                                                       uint32_t, const Segment*, uint32_t,
-                                                      uint32_t, bool, DeviceQueue::Mark,
+                                                      uint32_t, bool, SplitDeviceQueue::Mark,
                                                       const Chain&);
 template DeliverStatus deliver_frame_rest<PackedDeviceQueue>(PackedDeviceQueue&, SegmentArena&,
                                                             NetHdr, uint32_t, const Segment*,

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "virtio/device_queue.h"
+#include "virtio/split_device_queue.h"
 #include "virtio/packed_device_queue.h"
 
 namespace vl::virtio {
@@ -83,7 +83,7 @@ DeliverStatus deliver_frame_rest(Q& q, SegmentArena& scratch, NetHdr hdr, uint32
 /// Writes `hdr` (hdr_len bytes; num_buffers filled in here) and the frame `src` of
 /// `frame_len` bytes into the receive queue `q`. Used entries are pushed, not published.
 /// `scratch` is cleared and used for the receive chains' segments. On any failure the
-/// queue is left as it was, except for kBadRing. `Q` is DeviceQueue (split ring) or
+/// queue is left as it was, except for kBadRing. `Q` is SplitDeviceQueue (split ring) or
 /// PackedDeviceQueue (packed ring). The common case is inline: one source segment into a
 /// one-descriptor receive chain that holds header and frame; deliver_frame_rest() does the
 /// others.

@@ -1,7 +1,7 @@
 #pragma once
 // The device side of a packed virtqueue (virtio 1.2 §2.8): one descriptor ring the driver
 // and the device both write, two wrap counters, and two event suppression structures.
-// The counterpart of device_queue.h (split rings), with the same interface, so that the
+// The counterpart of split_device_queue.h (split rings), with the same interface, so that the
 // copy paths (net_copy.h) and the forwarder are templates over the queue type: no virtual
 // call per packet.
 //
@@ -90,7 +90,7 @@ class PackedDeviceQueue : public DeviceRingBase {
     in_flight_ = 0;
   }
   static bool packed_base_valid(uint32_t base, uint32_t num) { return (base & 0x7fff) < num; }
-  /// Live migration (see DeviceQueue::set_dirty_log): used descriptors written back into
+  /// Live migration (see SplitDeviceQueue::set_dirty_log): used descriptors written back into
   /// the ring at guest-physical `ring_gpa` and the device event suppression structure at
   /// `device_event_gpa` are marked in `log` after they are written.
   void set_dirty_log(DirtyLog* log, uint64_t ring_gpa, uint64_t device_event_gpa) {
@@ -139,7 +139,7 @@ class PackedDeviceQueue : public DeviceRingBase {
   /// over more slots than the driver can have made available (the queue stops).
   template <bool kDeviceWrites>
   PopStatus pop(SegmentArena& arena, Chain* chain);
-  /// pop(), returning a one-descriptor chain in `*one` as kOne (DeviceQueue::pop_any()).
+  /// pop(), returning a one-descriptor chain in `*one` as kOne (SplitDeviceQueue::pop_any()).
   template <bool kDeviceWrites>
   PopStatus pop_any(SegmentArena& arena, Chain* chain, OneBuffer* one);
   /// pop() past its first descriptor `d` (a local copy, flags already checked available):

@@ -1,6 +1,6 @@
 #pragma once
 // The contract both ring layouts keep, as C++20 concepts: what the device side (back-end:
-// DeviceQueue, PackedDeviceQueue) and the driver side (front-end: DriverQueue,
+// SplitDeviceQueue, PackedDeviceQueue) and the driver side (front-end: SplitDriverQueue,
 // PackedDriverQueue) offer, so that the datapath, the copy paths and the front-end's users
 // are templates over the layout (chosen once per burst, no virtual call per frame).
 // ring_contract.cpp checks each class against its concept. docs/architecture.md "Rings".

@@ -5,7 +5,7 @@
 // test per frame. docs/architecture.md "Rings" and "Ports".
 #include <cstdint>
 
-#include "virtio/device_queue.h"
+#include "virtio/split_device_queue.h"
 #include "virtio/packed_device_queue.h"
 
 namespace vl::virtio {
@@ -15,18 +15,18 @@ class RingRef {
   enum class Layout : uint8_t { kNone, kSplit, kPacked };
 
   RingRef() = default;
-  explicit RingRef(DeviceQueue* q) : q_(q), layout_(q ? Layout::kSplit : Layout::kNone) {}
+  explicit RingRef(SplitDeviceQueue* q) : q_(q), layout_(q ? Layout::kSplit : Layout::kNone) {}
   explicit RingRef(PackedDeviceQueue* q) : q_(q), layout_(q ? Layout::kPacked : Layout::kNone) {}
 
   /// A queue is referred to (it was ready when the port's datapath view was built).
   explicit operator bool() const { return layout_ != Layout::kNone; }
   Layout layout() const { return layout_; }
 
-  /// Calls `f(DeviceQueue&)` or `f(PackedDeviceQueue&)` and returns what it returns; only
+  /// Calls `f(SplitDeviceQueue&)` or `f(PackedDeviceQueue&)` and returns what it returns; only
   /// on a non-empty reference. `f` is a generic lambda: both layouts are instantiated.
   template <class F>
   decltype(auto) visit(F&& f) const {
-    if (layout_ == Layout::kSplit) return f(*static_cast<DeviceQueue*>(q_));
+    if (layout_ == Layout::kSplit) return f(*static_cast<SplitDeviceQueue*>(q_));
     return f(*static_cast<PackedDeviceQueue*>(q_));
   }
 

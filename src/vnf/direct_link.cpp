@@ -185,7 +185,7 @@ bool DirectLink::h_start(vhost::Message& m, std::string* why) {
       for (auto& q : q_) q.detach();
       return false;
     }
-    q_[i] = DeviceQueue{};
+    q_[i] = SplitDeviceQueue{};
     q_[i].attach(mem_.get(), v.num, reinterpret_cast<VringDesc*>(desc),
                  reinterpret_cast<VringAvail*>(avail), reinterpret_cast<VringUsed*>(used),
                  static_cast<uint16_t>(v.last_avail), s.features);
@@ -217,7 +217,7 @@ void DirectLink::stop() {
 
 uint32_t DirectLink::receive(BufferPool& pool, uint32_t hdr_len, uint32_t* bufs, uint32_t* lens,
                              uint32_t max) {
-  DeviceQueue& q = q_[1];
+  SplitDeviceQueue& q = q_[1];
   if (!active_ || q.broken()) return 0;
   const int pending = q.pending();
   if (pending <= 0) {
@@ -275,7 +275,7 @@ uint32_t DirectLink::receive(BufferPool& pool, uint32_t hdr_len, uint32_t* bufs,
 }
 
 bool DirectLink::deliver(const uint8_t* frame, uint32_t len) {
-  DeviceQueue& q = q_[0];
+  SplitDeviceQueue& q = q_[0];
   if (!active_) return false;
   if (q.broken()) {
     count_drop(idx(LinkDrop::kRingBroken));

@@ -4,7 +4,7 @@
 // VM with a vhost-pci device served its neighbour's. The switch sends A's memory table,
 // ring addresses and eventfds on the link channel; from kLinkStart to kLinkStop this object
 // maps A's memory and moves frames between A's rings and our own buffers, one copy each
-// way, with the switch's own ring code (virtio::DeviceQueue, virtio::net_copy): the same
+// way, with the switch's own ring code (virtio::SplitDeviceQueue, virtio::net_copy): the same
 // validation, so a malformed ring on A is dropped and counted here, never followed.
 //
 // Single-threaded: the owner (Vnf) calls service() between forwarding passes, so the
@@ -16,8 +16,8 @@
 #include "util/fd.h"
 #include "vhost/channel.h"
 #include "vhost/link_protocol.h"
-#include "virtio/device_queue.h"
-#include "virtio/driver_queue.h"
+#include "virtio/split_device_queue.h"
+#include "virtio/split_driver_queue.h"
 #include "virtio/guest_memory.h"
 #include "virtio/net_copy.h"
 
@@ -86,7 +86,7 @@ class DirectLink {
   vhost::LinkVring vr_[2] = {};
   bool vr_set_[2] = {};
   UniqueFd kick_[2], call_[2];
-  virtio::DeviceQueue q_[2];  ///< [0] A's receive queue, [1] A's transmit queue
+  virtio::SplitDeviceQueue q_[2];  ///< [0] A's receive queue, [1] A's transmit queue
   bool active_ = false;
   uint32_t hdr_len_ = 12;
   bool mrg_ = false;

@@ -101,7 +101,7 @@ void Vnf::send(uint32_t in, uint32_t out, const uint32_t* bufs, const uint32_t* 
     link_[out].flush();
     return;
   }
-  DriverQueue& tx = txq_[out];
+  SplitDriverQueue& tx = txq_[out];
   for (uint32_t i = 0; i < n; ++i) {
     if (!tx.add(pool_.gpa(bufs[i]), lens[i], false, bufs[i])) {
       ++c.drop_tx_full;
@@ -115,8 +115,8 @@ void Vnf::send(uint32_t in, uint32_t out, const uint32_t* bufs, const uint32_t* 
 
 uint32_t Vnf::forward(uint32_t in) {
   const uint32_t out = in ^ 1;
-  DriverQueue& rx = rxq_[in];
-  DriverQueue& tx = txq_[out];
+  SplitDriverQueue& rx = rxq_[in];
+  SplitDriverQueue& tx = txq_[out];
   VnfCounters& c = c_[in];
   // Buffers the other side has sent go back to the pool, then to our receive queue.
   uint32_t b = 0, len = 0;

@@ -17,7 +17,7 @@
 #include "vhost/frontend.h"
 #include "vnf/direct_link.h"
 #include "virtio/driver_memory.h"
-#include "virtio/driver_queue.h"
+#include "virtio/split_driver_queue.h"
 
 namespace vl::vnf {
 
@@ -75,7 +75,7 @@ class Vnf {
   virtio::DriverMemory mem_;
   virtio::BufferPool pool_;
   vhost::Frontend fe_[2];
-  virtio::DriverQueue rxq_[2], txq_[2];
+  virtio::SplitDriverQueue rxq_[2], txq_[2];
   VnfCounters c_[2];  ///< indexed by input port
   uint32_t hdr_len_ = 12;
   DirectLink link_[2];

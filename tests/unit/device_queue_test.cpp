@@ -1,6 +1,6 @@
-// DeviceQueue: popping chains a (possibly hostile) driver wrote, publishing used entries
+// SplitDeviceQueue: popping chains a (possibly hostile) driver wrote, publishing used entries
 // and notifications (virtio 1.2 §2.7; hostile-inputs.md items 7, 8, 10, 11, 12, 14).
-#include "virtio/device_queue.h"
+#include "virtio/split_device_queue.h"
 
 #include <gtest/gtest.h>
 #include <sys/eventfd.h>
@@ -66,7 +66,7 @@ class DeviceQueueTest : public ::testing::Test {
   FakeMemory fm;
   GuestMemory gm;
   std::unique_ptr<FakeVring> ring;
-  DeviceQueue q;
+  SplitDeviceQueue q;
   std::unique_ptr<SegmentArena> arena = std::make_unique<SegmentArena>();
 };
 
@@ -523,7 +523,7 @@ TEST(DeviceQueueHuge, TotalLengthOver32Bits) {
     FakeVring ring(fm, 16, 0);
     GuestMemory gm;
     ASSERT_TRUE(fm.build(gm));
-    DeviceQueue q;
+    SplitDeviceQueue q;
     ring.attach(q, gm, 0);
     auto arena = std::make_unique<SegmentArena>();
     ring.write_desc(0, 1ull << 30, 0xffffffffu, kDescFNext, 1);

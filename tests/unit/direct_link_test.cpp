@@ -13,7 +13,7 @@
 #include "vhost/channel.h"
 #include "vhost/link_protocol.h"
 #include "virtio/driver_memory.h"
-#include "virtio/driver_queue.h"
+#include "virtio/split_driver_queue.h"
 #include "vnf/direct_link.h"
 
 namespace {

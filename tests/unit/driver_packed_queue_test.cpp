@@ -1,11 +1,11 @@
 // The driver side of virtqueues against virtlink's own device side: PackedDriverQueue with
 // PackedDeviceQueue (virtio 1.2 §2.8), and the same typed round trip for the split pair
-// (DriverQueue with DeviceQueue, §2.7), which shows the two driver queues have one interface.
+// (SplitDriverQueue with SplitDeviceQueue, §2.7), which shows the two driver queues have one interface.
 // Covers wrap counters over many laps, burst visibility (the first flags stored last), buffer
 // IDs and cookies, written lengths, kick and interrupt suppression (ENABLE/DISABLE and the
 // descriptor event with EVENT_IDX, across the wrap), and a hostile device (unknown buffer
 // IDs, used descriptors while nothing is in flight).
-#include "virtio/driver_packed_queue.h"
+#include "virtio/packed_driver_queue.h"
 
 #include <gtest/gtest.h>
 #include <sys/eventfd.h>
@@ -17,9 +17,9 @@
 #include <type_traits>
 
 #include "util/fd.h"
-#include "virtio/device_queue.h"
+#include "virtio/split_device_queue.h"
 #include "virtio/driver_memory.h"
-#include "virtio/driver_queue.h"
+#include "virtio/split_driver_queue.h"
 #include "virtio/guest_memory.h"
 #include "virtio/packed_device_queue.h"
 
@@ -102,7 +102,7 @@ struct Pair {
 
 template <class T>
 class DriverQueueRoundTrip : public ::testing::Test {};
-using QueuePairs = ::testing::Types<Pair<DriverQueue, DeviceQueue>,
+using QueuePairs = ::testing::Types<Pair<SplitDriverQueue, SplitDeviceQueue>,
                                     Pair<PackedDriverQueue, PackedDeviceQueue>>;
 TYPED_TEST_SUITE(DriverQueueRoundTrip, QueuePairs);
 

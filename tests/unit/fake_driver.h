@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "virtio/device_queue.h"
+#include "virtio/split_device_queue.h"
 #include "virtio/guest_memory.h"
 #include "virtio/net_copy.h"
 #include "virtio/virtio_defs.h"
@@ -289,7 +289,7 @@ class FakeVring {
 
   /// Binds a device queue to this ring through `gm` (our pointers, as the back-end would
   /// get from GuestMemory).
-  void attach(virtio::DeviceQueue& q, const virtio::GuestMemory& gm, uint64_t features,
+  void attach(virtio::SplitDeviceQueue& q, const virtio::GuestMemory& gm, uint64_t features,
               uint16_t base = 0) const {
     auto* d = reinterpret_cast<virtio::VringDesc*>(gm.translate_whole(desc_gpa_, virtio::desc_table_bytes(num_)));
     auto* a = reinterpret_cast<virtio::VringAvail*>(gm.translate_whole(avail_gpa_, virtio::avail_ring_bytes(num_)));

@@ -157,7 +157,7 @@ TEST(RxTargets, EveryReadyQueueHasExactlyOneWriterAndOthersHandOffToIt) {
       for (uint32_t mask = 0; mask < 256; ++mask) {  // which of 8 receive queues are ready
         port::PortDp d;
         d.nqp = 8;
-        static virtio::DeviceQueue qs[8];
+        static virtio::SplitDeviceQueue qs[8];
         for (uint32_t q = 0; q < 8; ++q) d.qp[q].rxq = (mask >> q) & 1 ? virtio::RingRef{&qs[q]} : virtio::RingRef{};
         dp::assign_rx_writers(d, threads, port);
         const uint32_t e = static_cast<uint32_t>(__builtin_popcount(mask));
@@ -198,7 +198,7 @@ TEST(RxTargets, EveryReadyQueueHasExactlyOneWriterAndOthersHandOffToIt) {
     for (uint32_t port = 0; port < threads; ++port) {
       port::PortDp d;
       d.nqp = 1;
-      static virtio::DeviceQueue q0;
+      static virtio::SplitDeviceQueue q0;
       d.qp[0].rxq = virtio::RingRef{&q0};
       dp::assign_rx_writers(d, threads, port);
       for (uint32_t t = 0; t < threads; ++t)

@@ -71,7 +71,7 @@ class NetCopyTest : public ::testing::Test {
   FakeMemory fm;
   GuestMemory gm;
   std::unique_ptr<FakeVring> tx, rx;
-  DeviceQueue txq, rxq;
+  SplitDeviceQueue txq, rxq;
   std::unique_ptr<SegmentArena> arena = std::make_unique<SegmentArena>();
   std::unique_ptr<SegmentArena> scratch = std::make_unique<SegmentArena>();
 };
@@ -305,7 +305,7 @@ TEST_F(NetCopyTest, MergeableFirstChainShorterThanTheHeaderIsNoBuffer) {
     GuestMemory g;
     FakeVring ring(m, 256, 0);
     ASSERT_TRUE(m.build(g));
-    DeviceQueue q;
+    SplitDeviceQueue q;
     ring.attach(q, g, kFeatures);
     ring.add_rx({first_len});
     ring.add_rx({64});

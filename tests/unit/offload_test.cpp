@@ -486,7 +486,7 @@ class OffloadDeliverTest : public ::testing::Test {
   test::FakeMemory fm;
   GuestMemory gm;
   std::unique_ptr<test::FakeVring> rx;
-  DeviceQueue rxq;
+  SplitDeviceQueue rxq;
   std::unique_ptr<SegmentArena> scratch = std::make_unique<SegmentArena>();
   std::unique_ptr<SoftOffload> so = std::make_unique<SoftOffload>();
   offload::WorkCounters counters;

@@ -16,7 +16,7 @@
 
 namespace vl::virtio {
 
-class DriverQueue : public DriverRingBase {
+class SplitDriverQueue : public DriverRingBase {
  public:
   /// Lays out a ring of `num` entries (a power of two <= 32768) in `mem`:
   /// descriptor table (16-byte aligned), avail ring, used ring (4096-byte aligned).
@@ -126,7 +126,7 @@ class DriverQueue : public DriverRingBase {
   uint16_t shadow_used_ = 0;
 };
 
-/// Fixed-size packet buffers in driver memory, handed out by index (the DriverQueue cookie).
+/// Fixed-size packet buffers in driver memory, handed out by index (the SplitDriverQueue cookie).
 class BufferPool {
  public:
   bool init(DriverMemory& mem, uint32_t count, uint32_t buf_size, std::string* err);

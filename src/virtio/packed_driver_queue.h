@@ -1,6 +1,6 @@
 #pragma once
 // The driver side of a packed virtqueue (virtio 1.2 §2.8), as a guest driver or DPDK's
-// virtio PMD with packed_vq=1 plays it; the counterpart of driver_queue.h (split rings) with
+// virtio PMD with packed_vq=1 plays it; the counterpart of split_driver_queue.h (split rings) with
 // the same interface, so that the front-end's users (gen) are templates over the queue type
 // and choose the ring once per queue: no virtual call per packet.
 //

@@ -1,4 +1,4 @@
-#include "virtio/driver_packed_queue.h"
+#include "virtio/packed_driver_queue.h"
 
 #include <fmt/format.h>
 

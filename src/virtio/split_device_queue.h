@@ -29,7 +29,7 @@ namespace vl::virtio {
 
 /// Device-side state of one split virtqueue. Configured by the control thread while the
 /// datapath is paused; used by one PMD thread at a time.
-class DeviceQueue : public DeviceRingBase {
+class SplitDeviceQueue : public DeviceRingBase {
  public:
   /// Binds the queue to translated ring memory. `num` must be a power of two in
   /// [1, kMaxQueueSize]; `desc`, `avail`, `used` must be our pointers to whole rings
@@ -222,7 +222,7 @@ class DeviceQueue : public DeviceRingBase {
 };
 
 template <bool kDeviceWrites>
-inline PopStatus DeviceQueue::pop_any(SegmentArena& arena, Chain* chain, OneBuffer* one) {
+inline PopStatus SplitDeviceQueue::pop_any(SegmentArena& arena, Chain* chain, OneBuffer* one) {
   const uint16_t slot = last_avail_ & mask_;
   const uint16_t head = __atomic_load_n(&avail_->ring[slot], __ATOMIC_RELAXED);
   ++last_avail_;
@@ -239,12 +239,12 @@ inline PopStatus DeviceQueue::pop_any(SegmentArena& arena, Chain* chain, OneBuff
 }
 
 template <bool kDeviceWrites>
-inline PopStatus DeviceQueue::pop(SegmentArena& arena, Chain* chain) {
+inline PopStatus SplitDeviceQueue::pop(SegmentArena& arena, Chain* chain) {
   return pop_via_arena<kDeviceWrites>(*this, arena, chain);
 }
 
 template <bool kDeviceWrites>
-[[gnu::noinline]] PopStatus DeviceQueue::pop_walk(SegmentArena& arena, Chain* chain,
+[[gnu::noinline]] PopStatus SplitDeviceQueue::pop_walk(SegmentArena& arena, Chain* chain,
                                                   uint16_t head, VringDesc d) {
   const VringDesc* table = desc_;
   uint32_t table_size = num_;

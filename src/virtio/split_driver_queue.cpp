@@ -1,10 +1,10 @@
-#include "virtio/driver_queue.h"
+#include "virtio/split_driver_queue.h"
 
 #include <fmt/format.h>
 
 namespace vl::virtio {
 
-bool DriverQueue::init(DriverMemory& mem, uint32_t num, bool event_idx, std::string* err) {
+bool SplitDriverQueue::init(DriverMemory& mem, uint32_t num, bool event_idx, std::string* err) {
   if (num == 0 || num > kMaxQueueSize || (num & (num - 1))) {
     *err = fmt::format("queue size {} is not a power of two up to {}", num, kMaxQueueSize);
     return false;
