@@ -36,11 +36,13 @@ bool fdb(Switch& sw, const CtlArgv& argv, Json* out, std::string* err) {
       limit = SIZE_MAX;
       continue;
     }
-    if (const auto i = sw.port_index(w)) port = *i;
-    if (port == ~0u) {
-      *err = fmt::format("no port named '{}'", w);
+    const auto i = sw.port_index(w);
+    if (!i || port != ~0u) {  // one port at most, and it must exist
+      *err = i ? fmt::format("usage: fdb [PORT] [all] (one port: '{}' is a second)", w)
+               : fmt::format("no port named '{}'", w);
       return false;
     }
+    port = *i;
   }
   *out = sw.fdb(port, limit);
   return true;

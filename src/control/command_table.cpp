@@ -24,9 +24,9 @@ constexpr CommandSpec kCommands[] = {
      "usage: set-flush PORT|all POLICY (immediate, rx-batch, interval=US, budget=US)",
      "output batching policy, at run time (immediate, rx-batch, interval=US, budget=US)"},
     {"links", "", 0, 0, "", "direct links and their state"},
-    {"link", "A B", 2, 2, "expected two port names: A B (the front-end of B serves A's rings)",
+    {"link", "A B", 2, 2, "usage: link A B (two port names: the front-end of B serves A's rings)",
      "direct link: the front-end of B serves A's rings (docs/direct-link.md)"},
-    {"unlink", "A B", 2, 2, "expected two port names: A B (the front-end of B serves A's rings)",
+    {"unlink", "A B", 2, 2, "usage: unlink A B (two port names: A's rings return to the switch)",
      "revoke the direct link: A's rings return to the switch"},
     {"version", "", 0, 0, "", "the switch's version"},
 };

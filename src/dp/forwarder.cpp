@@ -17,7 +17,7 @@ constexpr uint64_t bit(uint32_t i) { return uint64_t{1} << i; }
 }  // namespace
 
 Forwarder::Forwarder(SwitchTables* t, uint64_t (*clock)(), uint32_t thread)
-    : t_(t), clock_(clock), thread_(thread < port::kMaxPmdThreads ? thread : 0) {
+    : tables_(t), clock_(clock), thread_(thread < port::kMaxPmdThreads ? thread : 0) {
   for (uint32_t i = 0; i < kPoolSlots; ++i) free_[i] = static_cast<uint16_t>(kPoolSlots - 1 - i);
   nfree_ = kPoolSlots;
   for (uint32_t i = 0; i < port::kMaxPorts; ++i) src_old_[i] = src_young_[i] = kNoSlot;
@@ -46,19 +46,19 @@ Forwarder::Forwarder(SwitchTables* t, uint64_t (*clock)(), uint32_t thread)
 }
 
 void Forwarder::refresh_policies() {
-  const uint64_t g = t_->flush_gen.load(std::memory_order_acquire);
+  const uint64_t g = tables_->flush_gen.load(std::memory_order_acquire);
   if (g == pol_gen_) [[likely]] return;
   pol_gen_ = g;
   any_hold_ = false;
   for (uint32_t i = 0; i < port::kMaxPorts; ++i) {
-    pol_[i] = t_->flush_policy(i);
-    any_hold_ |= !due_at_burst_end(pol_[i]);
+    policy_[i] = tables_->flush_policy(i);
+    any_hold_ |= !due_at_burst_end(policy_[i]);
   }
 }
 
 void Forwarder::enqueue(uint32_t out, uint16_t s) {
-  Txq& q = txq_[out];
-  if (q.n == kTxqCap) [[unlikely]] flush_port(out, 0);
+  OutQueue& q = outq_[out];
+  if (q.n == kOutQueueCap) [[unlikely]] flush_port(out, 0);
   Slot& sl = pool_[s];
   if (!q.n) {
     q.oldest_ns = sl.t_ns;
@@ -67,16 +67,16 @@ void Forwarder::enqueue(uint32_t out, uint16_t s) {
   q.slot[q.n++] = s;
   ++sl.refs;
   burst_out_ |= bit(out);
-  if (due_on_enqueue(pol_[out], q.n, t_->burst)) flush_port(out, 0);
+  if (due_on_enqueue(policy_[out], q.n, tables_->burst)) flush_port(out, 0);
 }
 
 void Forwarder::enqueue_run(uint32_t out, const uint16_t* s, uint32_t n) {
-  if (pol_[out].kind == FlushKind::kImmediate) [[unlikely]] {
+  if (policy_[out].kind == FlushKind::kImmediate) [[unlikely]] {
     for (uint32_t j = 0; j < n; ++j) enqueue(out, s[j]);
     return;
   }
-  Txq& q = txq_[out];
-  const uint32_t burst = t_->burst;
+  OutQueue& q = outq_[out];
+  const uint32_t burst = tables_->burst;
   burst_out_ |= bit(out);
   for (uint32_t j = 0; j < n;) {
     if (q.n == 0 && n - j >= burst) [[likely]] {
@@ -94,13 +94,13 @@ void Forwarder::enqueue_run(uint32_t out, const uint16_t* s, uint32_t n) {
       j += burst;
       continue;
     }
-    if (q.n == kTxqCap) [[unlikely]] flush_port(out, 0);
+    if (q.n == kOutQueueCap) [[unlikely]] flush_port(out, 0);
     if (!q.n) {
       q.oldest_ns = pool_[s[j]].t_ns;
       held_ |= bit(out);
     }
     // Up to a full burst (due_on_enqueue) and the queue's room.
-    uint32_t m = std::min(n - j, kTxqCap - q.n);
+    uint32_t m = std::min(n - j, kOutQueueCap - q.n);
     if (q.n < burst) m = std::min(m, burst - q.n);
     for (const uint16_t* e = s + j + m; s + j < e; ++j) {
       q.slot[q.n++] = s[j];
@@ -112,8 +112,8 @@ void Forwarder::enqueue_run(uint32_t out, const uint16_t* s, uint32_t n) {
 
 void Forwarder::flood(uint32_t in, uint16_t s) {
   bool any = false;
-  for (uint32_t o = 0; o < t_->nports; ++o) {
-    if (o == in || !t_->ports[o]->active()) continue;
+  for (uint32_t o = 0; o < tables_->nports; ++o) {
+    if (o == in || !tables_->ports[o]->active()) continue;
     enqueue(o, s);
     any = true;
   }
@@ -121,7 +121,7 @@ void Forwarder::flood(uint32_t in, uint16_t s) {
 }
 
 uint32_t Forwarder::poll(uint32_t in, uint32_t qi) {
-  port::Port* p = t_->ports[in];
+  port::Port* p = tables_->ports[in];
   if (!p->active()) return 0;
   const port::QueuePairDp& qp = p->dp().qp[qi];
   // The ring layout is chosen once per poll: the burst is a template, no virtual call or
@@ -131,13 +131,13 @@ uint32_t Forwarder::poll(uint32_t in, uint32_t qi) {
 }
 
 template <class Q>
-inline uint32_t Forwarder::poll_ring(uint32_t in, uint32_t qi, Q* q, port::QueueShared* sh) {
+inline uint32_t Forwarder::poll_ring(uint32_t in, uint32_t qi, Q* q, port::QueueShared* shared) {
   if (q->broken()) return 0;
   if (!q->has_avail()) [[likely]] {  // an empty poll: one load of a cached index
     if (q->broken()) report_broken(in);
     return 0;
   }
-  return forward_burst(in, qi, q, sh);
+  return forward_burst(in, qi, q, shared);
 }
 
 void Forwarder::report_broken(uint32_t in) {
@@ -145,7 +145,7 @@ void Forwarder::report_broken(uint32_t in) {
   VL_LOG_RL(spdlog::level::err,
             "port {}: transmit queue broken (avail index more than a queue ahead, or a chain "
             "over the whole ring); stopped",
-            t_->ports[in]->name());
+            tables_->ports[in]->name());
 }
 
 // The steps of a busy poll. Their costs, in instructions per 64 B frame (xconnect, split
@@ -153,10 +153,10 @@ void Forwarder::report_broken(uint32_t in) {
 // bench/results/instructions-*.txt), are in the comment above each step.
 template <class Q>
 [[gnu::noinline]] uint32_t Forwarder::forward_burst(uint32_t in, uint32_t qi, Q* q,
-                                                    port::QueueShared* sh) {
+                                                    port::QueueShared* shared) {
   refresh_policies();
-  if (nfree_ < t_->burst) [[unlikely]] flush_all();  // every slot is queued: deliver them all
-  const uint32_t taken = take_burst(in, qi, q, sh);
+  if (nfree_ < tables_->burst) [[unlikely]] flush_all();  // every slot is queued: deliver them all
+  const uint32_t taken = take_burst(in, qi, q, shared);
   classify(in);
   end_burst();
   return taken;
@@ -168,12 +168,12 @@ template <class Q>
 // turn (IN_ORDER). Returns the chains taken.
 template <class Q>
 [[gnu::noinline]] uint32_t Forwarder::take_burst(uint32_t in, uint32_t qi, Q* q,
-                                                 port::QueueShared* sh) {
-  const port::PortDp& d = t_->ports[in]->dp();
+                                                 port::QueueShared* shared) {
+  const port::PortDp& d = tables_->ports[in]->dp();
   // (locals: the pops' barriers reload members)
   BurstTake bt{in, qi, clock_(), d.caps.hdr_len, d.caps.features, counters_[in]};
   arena_.clear();
-  sh->enter(thread_);  // self-check: no other thread polls this queue (port.h QueueShared)
+  shared->enter(thread_);  // self-check: no other thread polls this queue (port.h QueueShared)
   // A lean burst: no output holds frames past a burst and this sender has no chain still
   // queued, so every chain of the burst goes back at its end, in the order taken, without
   // the retire order's bookkeeping (take_slot, complete, retire).
@@ -181,7 +181,7 @@ template <class Q>
   lean_n_ = 0;
   lean_split_ = false;
   kept_ = false;
-  const uint32_t ready = q->ready(t_->burst);  // split: the avail index, read once per burst
+  const uint32_t ready = q->ready(tables_->burst);  // split: the avail index, read once per burst
   // Pass 1: pop the burst's one-buffer chains (descriptors only) and prefetch their
   // buffers, so that the line transfers from the driver's core overlap instead of each
   // frame waiting for its own (the cost that triples when the two cores are far apart:
@@ -210,7 +210,7 @@ template <class Q>
       if (st == PopStatus::kEmpty || st == PopStatus::kBroken) break;
     }
   }
-  sh->leave();
+  shared->leave();
   if (q->broken()) report_broken(in);
   end_take(bt);
   return bt.taken;
@@ -267,7 +267,7 @@ Drop Forwarder::split_into_slot(Slot& sl, const Chain& ch, uint32_t hdr_len) {
   return Drop::kCount;
 }
 
-void Forwarder::refuse_taken(PortCounters& c, uint32_t k, uint16_t s, Drop why) {
+[[gnu::noinline]] void Forwarder::refuse_taken(PortCounters& c, uint32_t k, uint16_t s, Drop why) {
   c.drop(why);
   pool_[s].refs = 0;
   if (!lean_) {
@@ -281,7 +281,7 @@ void Forwarder::refuse_taken(PortCounters& c, uint32_t k, uint16_t s, Drop why) 
   }
 }
 
-void Forwarder::end_take(BurstTake bt) {
+[[gnu::always_inline]] inline void Forwarder::end_take(const BurstTake& bt) {
   PortCounters::add(bt.c.rx_packets, bt.taken);
   PortCounters::add(bt.c.rx_bytes, bt.bytes);
   port::QueueCounters& qc = qcounters_[bt.in][bt.qi];
@@ -305,13 +305,13 @@ void Forwarder::end_take(BurstTake bt) {
 [[gnu::noinline]] void Forwarder::classify(uint32_t in) {
   const uint32_t k = nburst_;
   PortCounters& c = counters_[in];
-  if (t_->mode == ForwardMode::kXconnect) {
-    const uint32_t o = t_->xc_peer[in];
+  if (tables_->mode == ForwardMode::kXconnect) {
+    const uint32_t o = tables_->xc_peer[in];
     if (o == SwitchTables::kNoPeer) [[unlikely]] c.drop(Drop::kNoDestination, k);
     else enqueue_run(o, burst_, k);
     return;
   }
-  const uint32_t now_s = t_->now_s.load(std::memory_order_relaxed);
+  const uint32_t now_s = tables_->now_s.load(std::memory_order_relaxed);
   // Consecutive frames to one source MAC are learned once, to one destination MAC looked
   // up once, and frames to one output port enqueued as one run (burst_[run_b..i)).
   constexpr uint32_t kNone = ~0u;
@@ -330,16 +330,16 @@ void Forwarder::end_take(BurstTake bt) {
     const Mac dst = mac_from_bytes(eth);
     const Mac src = mac_from_bytes(eth + 6);
     if (src != last_src && !mac_is_multicast(src)) {
-      t_->fdb->learn(src, in, now_s);
+      tables_->fdb->learn(src, in, now_s);
       last_src = src;
       last_dst = ~Mac{0};  // a learned source may be a later frame's destination
     }
     if (!mac_is_multicast(dst)) [[likely]] {
       if (dst != last_dst) {
         last_dst = dst;
-        last_o = t_->fdb->lookup(dst);
+        last_o = tables_->fdb->lookup(dst);
       }
-      if (last_o != Fdb::kNoPort && last_o < t_->nports && last_o != in) [[likely]] {
+      if (last_o != Fdb::kNoPort && last_o < tables_->nports && last_o != in) [[likely]] {
         if (last_o != run_o) {
           end_run(i);
           run_o = last_o;
@@ -349,7 +349,7 @@ void Forwarder::end_take(BurstTake bt) {
       }
     }
     end_run(i);
-    if (mac_is_multicast(dst) || last_o == Fdb::kNoPort || last_o >= t_->nports) flood(in, s);
+    if (mac_is_multicast(dst) || last_o == Fdb::kNoPort || last_o >= tables_->nports) flood(in, s);
     else c.drop(Drop::kNoDestination);  // never back out of the ingress port
   }
   end_run(k);
@@ -369,7 +369,7 @@ void Forwarder::end_take(BurstTake bt) {
   uint64_t due = must_flush_;
   for (uint64_t m = burst_out_; m; m &= m - 1) {
     const uint32_t o = static_cast<uint32_t>(std::countr_zero(m));
-    if (due_at_burst_end(pol_[o])) due |= bit(o);
+    if (due_at_burst_end(policy_[o])) due |= bit(o);
   }
   for (due &= held_; due; due &= due - 1)
     flush_port(static_cast<uint32_t>(std::countr_zero(due)), 0, /*may_keep=*/true);
@@ -387,7 +387,7 @@ void Forwarder::end_take(BurstTake bt) {
   kept_ = false;
   if (lean_) [[likely]] {
     // Every queue this burst filled was delivered above: its chains go back in order.
-    const port::QueuePairDp& qp = t_->ports[lean_in_]->dp().qp[lean_qi_];
+    const port::QueuePairDp& qp = tables_->ports[lean_in_]->dp().qp[lean_qi_];
     if (qp.txq) [[likely]] {
       qp.txq.visit([&](auto& q) {
         for (uint32_t i = 0; i < lean_n_; ++i) {
@@ -427,7 +427,7 @@ void Forwarder::flush_due() {
   const uint64_t predicted = gap_.predict();
   for (uint64_t m = held_; m; m &= m - 1) {
     const uint32_t o = static_cast<uint32_t>(std::countr_zero(m));
-    if (due_at_check(pol_[o], txq_[o].oldest_ns, now, predicted)) flush_port(o, prev, true);
+    if (due_at_check(policy_[o], outq_[o].oldest_ns, now, predicted)) flush_port(o, prev, true);
   }
   if (!held_) gap_fresh_ = true;
   publish_senders();
@@ -441,7 +441,7 @@ void Forwarder::flush_all() {
 
 void Forwarder::release_paused() {
   for (uint64_t m = held_ | live_src_; m; m &= m - 1) {
-    if (!t_->ports[std::countr_zero(m)]->active()) {
+    if (!tables_->ports[std::countr_zero(m)]->active()) {
       flush_all();
       return;
     }
@@ -455,7 +455,7 @@ void Forwarder::complete(uint16_t s) {
 
 void Forwarder::retire(uint32_t src) {
   // The sender's queue is unchanged while we hold its chains (pmd.h).
-  const port::PortDp& d = t_->ports[src]->dp();
+  const port::PortDp& d = tables_->ports[src]->dp();
   uint16_t s = src_old_[src];
   uint32_t qs = 0;
   uint32_t n = 0;
@@ -492,7 +492,7 @@ void Forwarder::publish_senders() {
     retire(static_cast<uint32_t>(std::countr_zero(retire_due_)));
   for (; senders_dirty_; senders_dirty_ &= senders_dirty_ - 1) {
     const uint32_t p = static_cast<uint32_t>(std::countr_zero(senders_dirty_));
-    const port::PortDp& d = t_->ports[p]->dp();
+    const port::PortDp& d = tables_->ports[p]->dp();
     for (uint32_t m = dirty_q_[p]; m; m &= m - 1) {
       const port::QueuePairDp& qp = d.qp[std::countr_zero(m)];
       qp.txq.publish_used();
@@ -502,7 +502,7 @@ void Forwarder::publish_senders() {
 }
 
 void Forwarder::flush_port(uint32_t o, uint64_t prev_check_ns, bool may_keep) {
-  Txq& tq = txq_[o];
+  OutQueue& tq = outq_[o];
   const uint32_t cnt = tq.n;
   tq.n = 0;
   held_ &= ~bit(o);
@@ -521,7 +521,7 @@ void Forwarder::flush_port(uint32_t o, uint64_t prev_check_ns, bool may_keep) {
 }
 
 void Forwarder::note_kept(uint32_t o) {
-  Txq& tq = txq_[o];
+  OutQueue& tq = outq_[o];
   tq.oldest_ns = pool_[tq.slot[0]].t_ns;
   held_ |= bit(o);
   kept_ = true;
@@ -531,11 +531,11 @@ void Forwarder::note_kept(uint32_t o) {
 
 uint32_t Forwarder::send_slots(uint32_t o, const uint16_t* slots, uint32_t cnt,
                                uint64_t prev_check_ns, bool may_keep) {
-  port::Port* op = t_->ports[o];
-  const port::PortDp& od = op->dp();
-  const port::PortDp::RxTargets& tg = od.rx_for[thread_];
+  port::Port* op = tables_->ports[o];
+  const port::PortDp& out_dp = op->dp();
+  const port::PortDp::RxTargets& targets = out_dp.rx_for[thread_];
   PortCounters::add(routed_[o], cnt);
-  if (!op->active() || !tg.n) [[unlikely]] {
+  if (!op->active() || !targets.n) [[unlikely]] {
     for (uint32_t j = 0; j < cnt; ++j) counters_[pool_[slots[j]].src].drop(Drop::kNoDestination);
     return cnt;
   }
@@ -546,29 +546,29 @@ uint32_t Forwarder::send_slots(uint32_t o, const uint16_t* slots, uint32_t cnt,
   auto in_pool = [this](const uint16_t* sl) {
     return [this, sl](uint32_t j) -> const Slot& { return pool_[sl[j]]; };
   };
-  if (tg.via != port::PortDp::kDirect) [[unlikely]] {
-    hand_off(o, tg.via, tg.q[0], od.gen, slots, cnt);
+  if (targets.via != port::PortDp::kDirect) [[unlikely]] {
+    hand_off(o, targets.via, targets.q[0], out_dp.gen, slots, cnt);
     return cnt;
   }
-  if (tg.n == 1) [[likely]]
-    return deliver_to(o, tg.q[0], in_pool(slots), cnt, now, may_keep ? od.tx_retry_ns : 0);
+  if (targets.n == 1) [[likely]]
+    return deliver_to(o, targets.q[0], in_pool(slots), cnt, now, may_keep ? out_dp.tx_retry_ns : 0);
   // Several candidate queues: group the frames by the queue their flow hash picks, keeping
   // each group in order (so each flow stays in order), then one batch per queue.
-  uint8_t sel[kTxqCap];
+  uint8_t sel[kOutQueueCap];
   uint32_t start[port::kMaxQueuePairs + 1] = {};
   for (uint32_t j = 0; j < cnt; ++j) {
     const Slot& sl = pool_[slots[j]];
-    sel[j] = static_cast<uint8_t>(pick_queue(flow_hash(sl.segs, sl.nsegs, sl.len), tg.n));
+    sel[j] = static_cast<uint8_t>(pick_queue(flow_hash(sl.segs, sl.nsegs, sl.len), targets.n));
     ++start[sel[j] + 1];
   }
-  for (uint32_t c = 0; c < tg.n; ++c) start[c + 1] += start[c];
-  uint16_t order[kTxqCap];
+  for (uint32_t c = 0; c < targets.n; ++c) start[c + 1] += start[c];
+  uint16_t order[kOutQueueCap];
   uint32_t fill[port::kMaxQueuePairs];
-  for (uint32_t c = 0; c < tg.n; ++c) fill[c] = start[c];
+  for (uint32_t c = 0; c < targets.n; ++c) fill[c] = start[c];
   for (uint32_t j = 0; j < cnt; ++j) order[fill[sel[j]]++] = slots[j];
-  for (uint32_t c = 0; c < tg.n; ++c) {
+  for (uint32_t c = 0; c < targets.n; ++c) {
     if (start[c + 1] > start[c])
-      deliver_to(o, tg.q[c], in_pool(order + start[c]), start[c + 1] - start[c], now);
+      deliver_to(o, targets.q[c], in_pool(order + start[c]), start[c + 1] - start[c], now);
   }
   return cnt;
 }
@@ -576,23 +576,23 @@ uint32_t Forwarder::send_slots(uint32_t o, const uint16_t* slots, uint32_t cnt,
 template <class Get>
 uint32_t Forwarder::deliver_to(uint32_t o, uint32_t qi, Get&& frame, uint32_t n, uint64_t now,
                                uint64_t keep_ns) {
-  const port::QueuePairDp& qp = t_->ports[o]->dp().qp[qi];
-  port::QueueShared* sh = qp.rx_shared;
+  const port::QueuePairDp& qp = tables_->ports[o]->dp().qp[qi];
+  port::QueueShared* shared = qp.rx_shared;
   uint32_t done = n;
-  sh->enter(thread_);  // self-check: this thread is the queue's only writer (port.h)
+  shared->enter(thread_);  // self-check: this thread is the queue's only writer (port.h)
   // The receive ring's layout is chosen once per batch.
   if (qp.rxq && !qp.rxq.broken()) {
     done = qp.rxq.visit([&](auto& q) { return deliver_queue(o, qi, &q, frame, n, now, keep_ns); });
   } else {
     for (uint32_t j = 0; j < n; ++j) counters_[frame(j).src].drop(Drop::kNoDestination);
   }
-  sh->leave();
+  shared->leave();
   return done;
 }
 
 void Forwarder::hand_off(uint32_t o, uint32_t via, uint32_t qi, uint32_t gen,
                          const uint16_t* slots, uint32_t n) {
-  HandoffRing* ring = via < port::kMaxPmdThreads ? t_->handoff[thread_][via] : nullptr;
+  HandoffRing* ring = via < port::kMaxPmdThreads ? tables_->handoff[thread_][via] : nullptr;
   if (!ring) [[unlikely]] {
     for (uint32_t j = 0; j < n; ++j) counters_[pool_[slots[j]].src].drop(Drop::kNoDestination);
     return;
@@ -601,7 +601,7 @@ void Forwarder::hand_off(uint32_t o, uint32_t via, uint32_t qi, uint32_t gen,
   // (offload/deliver.cpp): drop it here rather than copy up to half the ring for nothing,
   // which let a front-end sending oversized frames starve every other port's handoffs on
   // this pair of threads (hostile Handoff.test_07).
-  const uint32_t max_frame = t_->ports[o]->dp().caps.max_frame;
+  const uint32_t max_frame = tables_->ports[o]->dp().caps.max_frame;
   uint32_t sent = 0;
   for (uint32_t j = 0; j < n; ++j) {
     const Slot& sl = pool_[slots[j]];
@@ -621,8 +621,8 @@ void Forwarder::hand_off(uint32_t o, uint32_t via, uint32_t qi, uint32_t gen,
 }
 
 bool Forwarder::handoff_pending() const {
-  for (uint32_t p = 0; p < t_->pmd_threads && p < port::kMaxPmdThreads; ++p) {
-    const HandoffRing* ring = t_->handoff[p][thread_];
+  for (uint32_t p = 0; p < tables_->pmd_threads && p < port::kMaxPmdThreads; ++p) {
+    const HandoffRing* ring = tables_->handoff[p][thread_];
     if (ring && ring->has_records()) return true;
   }
   return false;
@@ -630,8 +630,8 @@ bool Forwarder::handoff_pending() const {
 
 uint32_t Forwarder::drain_handoffs() {
   uint32_t total = 0;
-  for (uint32_t p = 0; p < t_->pmd_threads && p < port::kMaxPmdThreads; ++p) {
-    HandoffRing* ring = t_->handoff[p][thread_];
+  for (uint32_t p = 0; p < tables_->pmd_threads && p < port::kMaxPmdThreads; ++p) {
+    HandoffRing* ring = tables_->handoff[p][thread_];
     if (!ring || !ring->has_records()) [[likely]] continue;
     // Consecutive records for the same queue are delivered as one batch (one used-ring
     // update), before release() lets the producer reuse their room.
@@ -663,7 +663,7 @@ uint32_t Forwarder::drain_handoffs() {
 void Forwarder::deliver_handed(const Handed* h, uint32_t n) {
   const uint32_t o = h[0].port;
   const uint32_t qi = h[0].queue;
-  port::Port* op = o < t_->nports ? t_->ports[o] : nullptr;
+  port::Port* op = o < tables_->nports ? tables_->ports[o] : nullptr;
   const bool ok = op && op->active() && op->dp().gen == h[0].gen && qi < port::kMaxQueuePairs;
   if (!ok) [[unlikely]] {  // the port paused or changed its queues since: its writers may differ
     for (uint32_t j = 0; j < n; ++j) counters_[h[j].slot.src].drop(Drop::kNoDestination);
@@ -675,41 +675,57 @@ void Forwarder::deliver_handed(const Handed* h, uint32_t n) {
 template <class Q, class Get>
 uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, uint32_t cnt,
                                   uint64_t now, uint64_t keep_ns) {
-  const port::PortDp& od = t_->ports[o]->dp();
+  const port::PortDp& out_dp = tables_->ports[o]->dp();
+  QueueAgeStats& age = age_[o];
+  uint64_t sent = 0, bytes = 0, nobuf = 0;
   // The receiver's settings as locals (the pops' barriers would reload them every frame).
-  DeliverRun r{o, qi, now, od.caps, frame(0).t_ns};
+  const uint32_t max_frame = out_dp.caps.max_frame;
+  const uint32_t hdr_len = out_dp.caps.hdr_len;
+  const bool mrg_rxbuf = out_dp.caps.mrg_rxbuf;
+  // Queue ages: frames of one burst share their time, so the histogram is updated once per
+  // run of equal times (frames run_j..j), not once per frame.
+  uint64_t run_t = frame(0).t_ns;
+  uint32_t run_j = 0;
   // Pass 1: receive buffers for the leading plain frames, prefetched for writing.
-  OneBuffer rx[kTxqCap];
-  const uint32_t nrx = pop_rx_ahead(rq, frame, cnt, r.caps.max_frame, rx);
+  OneBuffer rx[kOutQueueCap];
+  const uint32_t nrx = pop_rx_ahead(rq, frame, cnt, max_frame, rx);
   uint32_t j = 0;
   // Pass 2: the frames pass 1 found buffers for.
   for (; j < nrx; ++j) {
     const Slot& sl = frame(j);
-    r.age_step(age_[o], sl.t_ns, j);
-    if (rx[j].len < uint64_t{r.caps.hdr_len} + sl.len) [[unlikely]] {  // spread over buffers
+    if (sl.t_ns != run_t) [[unlikely]] {
+      age.add(now > run_t ? now - run_t : 0, j - run_j);
+      run_t = sl.t_ns;
+      run_j = j;
+    }
+    if (rx[j].len < uint64_t{hdr_len} + sl.len) [[unlikely]] {  // spread over several buffers
       rq->unpop_ones(nrx - j);
       break;
     }
-    virtio::put_one(*rq, rx[j], NetHdr{}, r.caps.hdr_len, sl.segs[0].ptr, sl.len);
-    ++r.sent;
-    r.bytes += sl.len;
+    virtio::put_one(*rq, rx[j], NetHdr{}, hdr_len, sl.segs[0].ptr, sl.len);
+    ++sent;
+    bytes += sl.len;
   }
   // Then frame by frame.
   for (; j < cnt; ++j) {
     const Slot& sl = frame(j);
-    r.age_step(age_[o], sl.t_ns, j);
+    if (sl.t_ns != run_t) [[unlikely]] {
+      age.add(now > run_t ? now - run_t : 0, j - run_j);
+      run_t = sl.t_ns;
+      run_j = j;
+    }
     // A frame that asks for no offload goes straight to the copy (offload/deliver.h): its
     // flags and gso_type bytes, tested as one 16-bit word.
     uint16_t flags_gso;
     std::memcpy(&flags_gso, &sl.hdr, sizeof flags_gso);
     static_assert(offsetof(NetHdr, flags) == 0 && offsetof(NetHdr, gso_type) == 1);
     offload::Outcome st;
-    if (!flags_gso && sl.len <= r.caps.max_frame) [[likely]] {
-      const DeliverStatus ds = deliver_frame(*rq, scratch_, NetHdr{}, r.caps.hdr_len, sl.segs,
-                                             sl.nsegs, sl.len, r.caps.mrg_rxbuf);
+    if (!flags_gso && sl.len <= max_frame) [[likely]] {
+      const DeliverStatus ds = deliver_frame(*rq, scratch_, NetHdr{}, hdr_len, sl.segs,
+                                             sl.nsegs, sl.len, mrg_rxbuf);
       if (ds == DeliverStatus::kOk) [[likely]] {
-        ++r.sent;
-        r.bytes += sl.len;
+        ++sent;
+        bytes += sl.len;
         continue;
       }
       // The receive queue is full and nothing of the frame went in: keep it (and the
@@ -719,28 +735,24 @@ uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, u
         break;
       st = offload::map(ds);
     } else {
-      st = offload_.deliver(*rq, scratch_, sl.hdr, sl.segs, sl.nsegs, sl.len, r.caps,
+      st = offload_.deliver(*rq, scratch_, sl.hdr, sl.segs, sl.nsegs, sl.len, out_dp.caps,
                             counters_[o].offload_work);
     }
     if (st == offload::Outcome::kOk) [[likely]] {
-      ++r.sent;
-      r.bytes += sl.len;
+      ++sent;
+      bytes += sl.len;
     } else if (st == offload::Outcome::kNoBuffer) {
       counters_[o].drop(Drop::kNoRxBuffer);
-      ++r.nobuf;
+      ++nobuf;
     } else if (!count_refused(o, st, sl.src)) [[unlikely]] {  // the receive queue stopped
-      counters_[o].drop(Drop::kRingBroken, cnt - j);
-      age_[o].add(now > r.run_t ? now - r.run_t : 0, j + 1 - r.run_j);  // the rest: not aged
-      r.run_j = cnt;
-      VL_LOG_RL(spdlog::level::err,
-                "port {}: malformed receive chain or avail index; receive queue {} stopped "
-                "(pmd {}: {})",
-                t_->ports[o]->name(), qi, thread_, rq->state());
-      j = cnt;  // all counted: none kept
+      stop_rx_queue(o, qi, cnt - j, rq->state());
+      age.add(now > run_t ? now - run_t : 0, j + 1 - run_j);  // frames after it: not aged
+      run_j = j = cnt;  // all counted: none kept
       break;
     }
   }
-  end_delivery(r, j);
+  if (j > run_j) age.add(now > run_t ? now - run_t : 0, j - run_j);
+  end_delivery(o, qi, sent, bytes, nobuf);
   rq->publish_used();
   return j;
 }
@@ -757,8 +769,8 @@ template <class Q, class Get>
   // A chain of another kind is popped into the scratch arena before it is un-popped: the
   // arena must have a chain's room (a spread frame's last delivery may have filled it).
   scratch_.clear();
-  // (cnt <= kTxqCap: a queue flush, a burst or a handed-off batch; bounded here for rx[].)
-  const uint32_t ready = rq->ready(std::min<uint32_t>(cnt, kTxqCap));  // split: avail idx once
+  // (cnt <= kOutQueueCap: a queue flush, a burst or a handed-off batch; bounded here for rx[].)
+  const uint32_t ready = rq->ready(std::min<uint32_t>(cnt, kOutQueueCap));  // split: avail idx once
   const auto start = rq->mark();
   uint32_t nrx = 0;
   while (nrx < ready) {
@@ -782,7 +794,7 @@ template <class Q, class Get>
   return nrx;
 }
 
-bool Forwarder::count_refused(uint32_t o, offload::Outcome st, uint32_t src) {
+[[gnu::noinline]] bool Forwarder::count_refused(uint32_t o, offload::Outcome st, uint32_t src) {
   switch (st) {
     case offload::Outcome::kOk:
     case offload::Outcome::kNoBuffer:  // (counted by the caller)
@@ -799,16 +811,24 @@ bool Forwarder::count_refused(uint32_t o, offload::Outcome st, uint32_t src) {
   return false;
 }
 
-void Forwarder::end_delivery(DeliverRun r, uint32_t j) {
-  QueueAgeStats& age = age_[r.o];
-  if (j > r.run_j) age.add(r.now > r.run_t ? r.now - r.run_t : 0, j - r.run_j);
-  PortCounters& oc = counters_[r.o];
-  port::QueueCounters& qc = qcounters_[r.o][r.qi];
-  PortCounters::add(oc.tx_packets, r.sent);
-  PortCounters::add(oc.tx_bytes, r.bytes);
-  PortCounters::add(qc.tx_packets, r.sent);
-  PortCounters::add(qc.tx_bytes, r.bytes);
-  if (r.nobuf) PortCounters::add(qc.no_rx_buffer, r.nobuf);
+[[gnu::noinline]] void Forwarder::stop_rx_queue(uint32_t o, uint32_t qi, uint32_t frames,
+                                             const std::string& state) {
+  counters_[o].drop(Drop::kRingBroken, frames);
+  VL_LOG_RL(spdlog::level::err,
+            "port {}: malformed receive chain or avail index; receive queue {} stopped "
+            "(pmd {}: {})",
+            tables_->ports[o]->name(), qi, thread_, state);
+}
+
+[[gnu::always_inline]] inline void Forwarder::end_delivery(uint32_t o, uint32_t qi, uint64_t sent,
+                                                           uint64_t bytes, uint64_t nobuf) {
+  PortCounters& oc = counters_[o];
+  port::QueueCounters& qc = qcounters_[o][qi];
+  PortCounters::add(oc.tx_packets, sent);
+  PortCounters::add(oc.tx_bytes, bytes);
+  PortCounters::add(qc.tx_packets, sent);
+  PortCounters::add(qc.tx_bytes, bytes);
+  if (nobuf) PortCounters::add(qc.no_rx_buffer, nobuf);
 }
 
 }  // namespace vl::dp

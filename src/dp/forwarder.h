@@ -153,10 +153,10 @@ class Forwarder {
     virtio::Segment inl[kInlineSegs];
   };
   static constexpr uint32_t kPoolSlots = 1024;
-  /// One intermediate queue: this thread's txq state for one output port.
-  static constexpr uint32_t kTxqCap = 2 * kMaxBurst;
-  struct Txq {
-    uint16_t slot[kTxqCap];
+  /// One output queue: the frames this thread holds for one output port (output batching).
+  static constexpr uint32_t kOutQueueCap = 2 * kMaxBurst;
+  struct OutQueue {
+    uint16_t slot[kOutQueueCap];
     uint32_t n = 0;
     uint64_t oldest_ns = 0;
   };
@@ -165,12 +165,12 @@ class Forwarder {
   /// An rxq's poll: returns 0 at once when its ring has nothing new (an empty poll), else
   /// forwards one burst.
   template <class Q>
-  uint32_t poll_ring(uint32_t in, uint32_t qi, Q* q, port::QueueShared* sh);
+  uint32_t poll_ring(uint32_t in, uint32_t qi, Q* q, port::QueueShared* shared);
   /// One busy poll, in four steps (forwarder.cpp): take_burst, classify, end_burst.
   template <class Q>
-  uint32_t forward_burst(uint32_t in, uint32_t qi, Q* q, port::QueueShared* sh);
+  uint32_t forward_burst(uint32_t in, uint32_t qi, Q* q, port::QueueShared* shared);
   template <class Q>
-  uint32_t take_burst(uint32_t in, uint32_t qi, Q* q, port::QueueShared* sh);
+  uint32_t take_burst(uint32_t in, uint32_t qi, Q* q, port::QueueShared* shared);
   /// take_burst()'s state: where the burst comes from, the sender's settings as locals, and
   /// what was taken (chains, good frames in burst_, their bytes).
   struct BurstTake {
@@ -190,7 +190,7 @@ class Forwarder {
                                          const virtio::OneBuffer& b, virtio::Chain& ch);
   port::Drop split_into_slot(Slot& sl, const virtio::Chain& ch, uint32_t hdr_len);
   void refuse_taken(port::PortCounters& c, uint32_t k, uint16_t s, port::Drop why);
-  void end_take(BurstTake bt);  // (by value, as end_delivery: the state stays in registers)
+  void end_take(const BurstTake& bt);
   void classify(uint32_t in);
   void end_burst();
   void report_broken(uint32_t in);
@@ -207,32 +207,15 @@ class Forwarder {
   template <class Q, class Get>
   uint32_t deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, uint32_t n, uint64_t now,
                          uint64_t keep_ns);
-  /// deliver_queue()'s state: the receiver, its settings as locals, what was delivered, and
-  /// the run of frames of equal burst time whose queue age is not yet recorded (frames of
-  /// one burst share their time, so the histogram is updated once per run, not per frame).
-  struct DeliverRun {
-    uint32_t o, qi;
-    uint64_t now;
-    offload::RxCaps caps;
-    uint64_t run_t;        ///< burst time of the current run
-    uint32_t run_j = 0;    ///< its first frame
-    uint64_t sent = 0, bytes = 0, nobuf = 0;
-    /// Frame `j` has burst time `t`: ends the run before it when that time differs.
-    [[gnu::always_inline]] void age_step(QueueAgeStats& age, uint64_t t, uint32_t j) {
-      if (t != run_t) [[unlikely]] {
-        age.add(now > run_t ? now - run_t : 0, j - run_j);
-        run_t = t;
-        run_j = j;
-      }
-    }
-  };
   /// deliver_queue()'s steps: pass 1 (returns how many of rx[] it filled); a refused
-  /// frame's drop counted (false: the receive queue stopped); the batch's ages and counters.
+  /// frame's drop counted (false: the receive queue stopped); a stopped receive queue's
+  /// drops (`frames`) and log line; the batch's counters.
   template <class Q, class Get>
   uint32_t pop_rx_ahead(Q* rq, Get& frame, uint32_t cnt, uint32_t max_frame,
                         virtio::OneBuffer* rx);
   bool count_refused(uint32_t o, offload::Outcome st, uint32_t src);
-  void end_delivery(DeliverRun r, uint32_t j);
+  void stop_rx_queue(uint32_t o, uint32_t qi, uint32_t frames, const std::string& state);
+  void end_delivery(uint32_t o, uint32_t qi, uint64_t sent, uint64_t bytes, uint64_t nobuf);
   /// Copies `n` slots for guest receive queue `qi` of port `o` (routing generation `gen`)
   /// into the handoff ring to PMD thread `via`, which writes that queue.
   void hand_off(uint32_t o, uint32_t via, uint32_t qi, uint32_t gen, const uint16_t* slots,
@@ -257,7 +240,7 @@ class Forwarder {
   void flood(uint32_t in, uint16_t s);
   /// Delivers output `out`'s queue. `may_keep`: frames that find its receive queue full
   /// may stay queued for a retry (PortDp::tx_retry_ns); never from flush_all() nor from a
-  /// full queue's flush (kTxqCap), nor in a burst with a frame of more than kInlineSegs
+  /// full queue's flush (kOutQueueCap), nor in a burst with a frame of more than kInlineSegs
   /// segments.
   void flush_port(uint32_t out, uint64_t check_ns, bool may_keep = false);
   /// Delivers (or hands off, or drops as no_destination) the frames `slots[0..cnt)` to
@@ -280,7 +263,7 @@ class Forwarder {
   void refresh_policies();
   bool gap_fresh_ = true;         // no check since the queues were last all empty
 
-  SwitchTables* t_;
+  SwitchTables* tables_;
   uint64_t (*clock_)();
   uint32_t thread_;
   virtio::SegmentArena arena_;    // segments of the frames taken in this burst
@@ -305,7 +288,7 @@ class Forwarder {
   uint32_t lean_in_ = 0, lean_qi_ = 0;
   bool kept_ = false;             // flush_port kept frames for a retry since take_burst
   Handed handed_[kMaxBurst];      // a batch of handed-off frames being delivered
-  Txq txq_[port::kMaxPorts];
+  OutQueue outq_[port::kMaxPorts];
   uint64_t held_ = 0;             // outputs whose queue is not empty
   uint64_t burst_out_ = 0;        // outputs that got frames in this burst
   uint64_t must_flush_ = 0;       // outputs with a frame that cannot be held (too many segments)
@@ -316,7 +299,7 @@ class Forwarder {
   uint16_t src_old_[port::kMaxPorts];         // per sender: oldest slot in use, or kNoSlot
   uint16_t src_young_[port::kMaxPorts];       // per sender: youngest slot in use
   uint64_t live_src_ = 0;         // senders with slots in use
-  FlushPolicy pol_[port::kMaxPorts];
+  FlushPolicy policy_[port::kMaxPorts];
   uint64_t pol_gen_ = ~0ull;
   CheckGapEstimator gap_;
   std::atomic<uint64_t> gap_max_ns_{0};

@@ -41,7 +41,7 @@ constexpr uint64_t kWakeKey = 0xffffffffffffffffull;
 
 PmdThread::PmdThread(uint32_t index, int cpu, SwitchTables* t, PmdOptions opts,
                      RxqLoad (*load)[port::kMaxQueuePairs])
-    : index_(index), cpu_(cpu), t_(t), opts_(opts),
+    : index_(index), cpu_(cpu), tables_(t), opts_(opts),
       fw_(std::make_unique<Forwarder>(t, &tsc_now_ns, index)), load_(load) {
   epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
   wake_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -153,7 +153,7 @@ bool PmdThread::try_sleep() {
   bool pending = false;
   if (posted_gen_.load(std::memory_order_acquire) != seen_gen_) return false;  // new rxqs
   for (uint32_t i = 0; i < nrxqs_; ++i) {
-    port::Port* vp = t_->ports[rxqs_[i].port];
+    port::Port* vp = tables_->ports[rxqs_[i].port];
     if (!vp->active()) continue;
     const port::QueuePairDp& d = vp->dp().qp[rxqs_[i].queue];
     if (!d.has_txq() || d.txq.broken()) continue;
@@ -202,7 +202,7 @@ void PmdThread::run() {
       apply_rxqs();  // a new rxq list (pmd.h: delivers everything first)
       kicks_on = true;
     }
-    const uint64_t gen = t_->ports_gen.load(std::memory_order_relaxed);
+    const uint64_t gen = tables_->ports_gen.load(std::memory_order_relaxed);
     if (gen != seen_gen) {  // a port (re)started: its ring asks for kicks again
       seen_gen = gen;
       kicks_on = true;
@@ -239,7 +239,7 @@ void PmdThread::run() {
       idle_since = 0;
       if (kicks_on) {  // while polling, the driver need not kick (saves it a syscall a burst)
         for (uint32_t i = 0; i < nrxqs_; ++i) {
-          port::Port* vp = t_->ports[rxqs_[i].port];
+          port::Port* vp = tables_->ports[rxqs_[i].port];
           const port::QueuePairDp& d = vp->dp().qp[rxqs_[i].queue];
           if (vp->active() && d.has_txq() && !d.txq.broken()) d.txq.set_kicks(false);
         }

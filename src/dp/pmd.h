@@ -124,7 +124,7 @@ class PmdThread {
 
   uint32_t index_;
   int cpu_;
-  SwitchTables* t_;
+  SwitchTables* tables_;
   PmdOptions opts_;
   std::unique_ptr<Forwarder> fw_;
   RxqLoad (*load_)[port::kMaxQueuePairs];

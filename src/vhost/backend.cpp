@@ -500,6 +500,14 @@ void Backend::refresh() {
 bool Backend::attach_split(uint32_t i) {
   Vring& v = vrings_[i];
   const uint32_t num = v.num;
+  if (num & (num - 1)) {
+    // virtio 1.2 §2.7: SET_VRING_NUM took a packed ring's size, then SET_FEATURES dropped
+    // RING_PACKED; a split ring of that size does not start.
+    v.why_not = "split ring size not a power of two";
+    VL_LOG_RL(spdlog::level::warn, "{}: vring {} size {} is not a power of two (split ring)",
+              opts_.log_name, i, num);
+    return false;
+  }
   auto* desc = mem_->uva_to_host(v.addr.desc_user_addr, desc_table_bytes(num));
   auto* avail = mem_->uva_to_host(v.addr.avail_user_addr, avail_ring_bytes(num));
   auto* used = mem_->uva_to_host(v.addr.used_user_addr, used_ring_bytes(num));

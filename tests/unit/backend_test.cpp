@@ -386,6 +386,25 @@ TEST_F(BackendTest, VringIndexOutOfRangeWithoutReplyAckClosesTheConnection) {
   }
 }
 
+// A packed ring's size (any) kept when SET_FEATURES drops RING_PACKED: the split ring of
+// that size would break the power-of-two contract (virtio 1.2 §2.7), so it does not start.
+TEST_F(BackendTest, SplitRingWithAPackedSizeDoesNotStart) {
+  ASSERT_TRUE(plain(Req::kSetProtocolFeatures, kOfferedProto));
+  ASSERT_EQ(acked(Req::kSetFeatures, kAcked | bit(virtio::kFRingPacked)), 0u) << why;
+  ASSERT_EQ(acked(Req::kSetVringNum, VringState{0, 3}), 0u) << why;
+  ASSERT_EQ(acked(Req::kSetFeatures, kAcked), 0u) << why;
+  const auto mt = mem_table(regions());
+  ASSERT_EQ(acked(Req::kSetMemTable, mt.data(), mt.size(), fm.fds()), 0u) << why;
+  ASSERT_TRUE(plain(Req::kSetVringBase, VringState{0, 0})) << why;
+  ASSERT_TRUE(plain(Req::kSetVringAddr, addr_of(0))) << why;
+  ASSERT_TRUE(plain(Req::kSetVringKick, uint64_t{0}, {kick[0].get()})) << why;
+  ASSERT_TRUE(plain(Req::kSetVringCall, uint64_t{0}, {call[0].get()})) << why;
+  ASSERT_TRUE(plain(Req::kSetVringEnable, VringState{0, 1})) << why;
+  EXPECT_EQ(be->vring(0).num, 3u);
+  EXPECT_FALSE(be->vring(0).ready);
+  EXPECT_EQ(be->vring(0).why_not, "split ring size not a power of two");
+}
+
 // Item 2.
 TEST_F(BackendTest, SetVringNumChecksTheQueueSize) {
   ASSERT_TRUE(plain(Req::kSetProtocolFeatures, kOfferedProto));

@@ -76,9 +76,9 @@ TEST(CtlCommandTable, ArgumentCountAndTypesFromTheRow) {
     EXPECT_EQ(err, "usage: fdb [PORT] [all]") << bad;
     EXPECT_TRUE(argv.empty());
   }
-  // Today's messages: link's is not a "usage:" one (ctl exits 1 for it, 2 for usage errors).
+  // Every argument error is a "usage:" one (ctl exits 2 for it).
   EXPECT_FALSE(control::check_args(*control::find_command("link"), {{"argv", {"a"}}}, &argv, &err));
-  EXPECT_EQ(err, "expected two port names: A B (the front-end of B serves A's rings)");
+  EXPECT_EQ(err, "usage: link A B (two port names: the front-end of B serves A's rings)");
   EXPECT_FALSE(control::check_args(*control::find_command("stats"), {{"argv", {"x"}}}, &argv, &err));
   EXPECT_EQ(err, "usage: stats (takes no arguments)");
   EXPECT_EQ(control::find_command("stat"), nullptr);
@@ -144,7 +144,12 @@ TEST_F(RunningSwitch, WrongArgumentCountIsAUsageError) {
   EXPECT_FALSE(ctl("version", {"x"}, &r, &err));
   EXPECT_EQ(err, "usage: version (takes no arguments)");
   EXPECT_FALSE(ctl("unlink", {}, &r, &err));
-  EXPECT_EQ(err, "expected two port names: A B (the front-end of B serves A's rings)");
+  EXPECT_EQ(err, "usage: unlink A B (two port names: A's rings return to the switch)");
+  // fdb takes one port at most: a second word that is not "all" is refused, named or not.
+  EXPECT_FALSE(ctl("fdb", {"a", "bogus"}, &r, &err));
+  EXPECT_EQ(err, "no port named 'bogus'");
+  EXPECT_FALSE(ctl("fdb", {"a", "b"}, &r, &err));
+  EXPECT_EQ(err, "usage: fdb [PORT] [all] (one port: 'b' is a second)");
 }
 
 TEST_F(RunningSwitch, HandlersThroughTheTable) {
