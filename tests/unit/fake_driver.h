@@ -250,6 +250,39 @@ struct ChainOpts {
   uint64_t buf_align = 8;         ///< alignment of data buffers
 };
 
+/// The descriptors of a transmit chain carrying `bytes` in buffers of `sizes` bytes (which
+/// must add up to bytes.size(); empty: one buffer), allocated in `mem` as `o` says. Both
+/// fake drivers' add_tx.
+inline std::vector<DescSpec> tx_descs(FakeMemory& mem, std::span<const uint8_t> bytes,
+                                      std::vector<uint32_t> sizes, const ChainOpts& o) {
+  if (sizes.empty()) sizes.push_back(static_cast<uint32_t>(bytes.size()));
+  uint64_t sum = 0;
+  for (uint32_t s : sizes) sum += s;
+  if (sum != bytes.size()) fake_die("add_tx: sizes do not add up to the buffer");
+  std::vector<DescSpec> d;
+  size_t off = 0;
+  for (uint32_t s : sizes) {
+    const uint64_t a = mem.alloc(s ? s : 1, o.buf_align, o.region);
+    mem.write(a, bytes.data() + off, s);
+    d.push_back({a, s, 0});
+    off += s;
+  }
+  return d;
+}
+
+/// The descriptors of a receive chain of device-writable buffers of `sizes` bytes, filled
+/// with 0xee so that untouched bytes are visible. Both fake drivers' add_rx.
+inline std::vector<DescSpec> rx_descs(FakeMemory& mem, const std::vector<uint32_t>& sizes,
+                                      const ChainOpts& o) {
+  std::vector<DescSpec> d;
+  for (uint32_t s : sizes) {
+    const uint64_t a = mem.alloc(s ? s : 1, o.buf_align, o.region);
+    if (s) std::memset(mem.host(a, s), 0xee, s);
+    d.push_back({a, s, virtio::kDescFWrite});
+  }
+  return d;
+}
+
 /// A split virtqueue as the driver sees it.
 class FakeVring {
  public:
@@ -367,31 +400,13 @@ class FakeVring {
   /// empty: one descriptor). Returns the head.
   uint16_t add_tx(std::span<const uint8_t> bytes, std::vector<uint32_t> sizes = {},
                   const ChainOpts& o = {}) {
-    if (sizes.empty()) sizes.push_back(static_cast<uint32_t>(bytes.size()));
-    uint64_t sum = 0;
-    for (uint32_t s : sizes) sum += s;
-    if (sum != bytes.size()) fake_die("add_tx: sizes do not add up to the buffer");
-    std::vector<DescSpec> d;
-    size_t off = 0;
-    for (uint32_t s : sizes) {
-      const uint64_t a = mem_.alloc(s ? s : 1, o.buf_align, o.region);
-      mem_.write(a, bytes.data() + off, s);
-      d.push_back({a, s, 0});
-      off += s;
-    }
-    return add_chain(d, o);
+    return add_chain(tx_descs(mem_, bytes, std::move(sizes), o), o);
   }
 
   /// A receive chain of device-writable buffers of `sizes` bytes (filled with 0xee so
   /// that untouched bytes are visible). Returns the head.
   uint16_t add_rx(const std::vector<uint32_t>& sizes, const ChainOpts& o = {}) {
-    std::vector<DescSpec> d;
-    for (uint32_t s : sizes) {
-      const uint64_t a = mem_.alloc(s ? s : 1, o.buf_align, o.region);
-      if (s) std::memset(mem_.host(a, s), 0xee, s);
-      d.push_back({a, s, virtio::kDescFWrite});
-    }
-    return add_chain(d, o);
+    return add_chain(rx_descs(mem_, sizes, o), o);
   }
 
   /// The buffers of the chain whose head is `head` (as add_chain wrote them).

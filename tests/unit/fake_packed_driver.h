@@ -112,27 +112,11 @@ class FakePackedRing {
 
   uint16_t add_tx(std::span<const uint8_t> bytes, std::vector<uint32_t> sizes = {},
                   const ChainOpts& o = {}) {
-    if (sizes.empty()) sizes.push_back(static_cast<uint32_t>(bytes.size()));
-    std::vector<DescSpec> d;
-    size_t off = 0;
-    for (uint32_t s : sizes) {
-      const uint64_t a = mem_.alloc(s ? s : 1, o.buf_align, o.region);
-      mem_.write(a, bytes.data() + off, s);
-      d.push_back({a, s, 0});
-      off += s;
-    }
-    if (off != bytes.size()) fake_die("add_tx: sizes do not add up");
-    return add_chain(d, o);
+    return add_chain(tx_descs(mem_, bytes, std::move(sizes), o), o);
   }
 
   uint16_t add_rx(const std::vector<uint32_t>& sizes, const ChainOpts& o = {}) {
-    std::vector<DescSpec> d;
-    for (uint32_t s : sizes) {
-      const uint64_t a = mem_.alloc(s ? s : 1, o.buf_align, o.region);
-      if (s) std::memset(mem_.host(a, s), 0xee, s);
-      d.push_back({a, s, virtio::kDescFWrite});
-    }
-    return add_chain(d, o);
+    return add_chain(rx_descs(mem_, sizes, o), o);
   }
 
   /// The next used descriptor (§2.8.1: AVAIL and USED both equal to the driver's used wrap
