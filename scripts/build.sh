@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds virtlink. Usage: scripts/build.sh [release|asan|all]
+# Builds virtlink. Usage: scripts/build.sh [release|asan|all] [TARGET...]
 #   release  build/        g++ RelWithDebInfo (the binaries users run; -march=native)
 #   asan     build-asan/   clang++ with AddressSanitizer + UndefinedBehaviorSanitizer, and the
 #                          libFuzzer targets in fuzz/ (VIRTLINK_FUZZ)
@@ -10,11 +10,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 what=${1:-release}
+shift || true
+targets=("$@")  # ninja targets (release only; default: everything)
 jobs=$(nproc)
 
 build_release() {
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  ninja -C build -j"$jobs"
+  ninja -C build -j"$jobs" "${targets[@]}"
 }
 build_asan() {
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \

@@ -9,7 +9,7 @@ cmd=${1:-}
 case "$cmd" in
   demo)
     scripts/install-deps.sh
-    scripts/build.sh release
+    scripts/build.sh release virtlink  # the demo needs the binary only, not the tests
     exec scripts/demo.sh
     ;;
   test)
