@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "util/log.h"
+#include "vhost/message_table.h"
 #include "virtio/virtio_defs.h"
 
 namespace vl::vhost {
@@ -16,47 +17,6 @@ namespace vl::vhost {
 using namespace vl::virtio;
 
 namespace {
-
-constexpr uint32_t kVarSize = 0xffffffffu;
-
-/// The message table: every request virtlink serves, with the exact payload size it must
-/// carry and how many fds it may bring. Anything else is refused by dispatch().
-struct Spec {
-  Req req;
-  uint32_t size;    ///< exact payload bytes, or kVarSize (validated by the handler)
-  uint32_t max_fds;
-  bool (Backend::*fn)(Message&, Backend::Reply&);
-};
-
-constexpr Spec kSpecs[] = {
-    {Req::kGetFeatures, 0, 0, &Backend::h_get_features},
-    {Req::kSetFeatures, 8, 0, &Backend::h_set_features},
-    {Req::kSetOwner, 0, 0, &Backend::h_set_owner},
-    {Req::kResetOwner, 0, 0, &Backend::h_reset_owner},
-    {Req::kSetMemTable, kVarSize, GuestMemory::kMaxRegions, &Backend::h_set_mem_table},
-    {Req::kSetVringNum, sizeof(VringState), 0, &Backend::h_set_vring_num},
-    {Req::kSetVringAddr, sizeof(VringAddr), 0, &Backend::h_set_vring_addr},
-    {Req::kSetVringBase, sizeof(VringState), 0, &Backend::h_set_vring_base},
-    {Req::kGetVringBase, sizeof(VringState), 0, &Backend::h_get_vring_base},
-    {Req::kSetVringKick, 8, 1, &Backend::h_set_vring_fd},
-    {Req::kSetVringCall, 8, 1, &Backend::h_set_vring_fd},
-    {Req::kSetVringErr, 8, 1, &Backend::h_set_vring_fd},
-    {Req::kGetProtocolFeatures, 0, 0, &Backend::h_get_protocol_features},
-    {Req::kSetProtocolFeatures, 8, 0, &Backend::h_set_protocol_features},
-    {Req::kGetQueueNum, 0, 0, &Backend::h_get_queue_num},
-    {Req::kSetVringEnable, sizeof(VringState), 0, &Backend::h_set_vring_enable},
-    {Req::kSendRarp, 8, 0, &Backend::h_send_rarp},
-    {Req::kSetLogBase, 16, 1, &Backend::h_set_log_base},
-    {Req::kNetSetMtu, 8, 0, &Backend::h_net_set_mtu},
-    {static_cast<Req>(kReqVlLinkChannel), 0, 0, &Backend::h_vl_link_channel},
-};
-
-const Spec* find_spec(uint32_t request) {
-  for (const Spec& s : kSpecs) {
-    if (static_cast<uint32_t>(s.req) == request) return &s;
-  }
-  return nullptr;
-}
 
 bool fail(Backend::Reply& r, std::string why) {
   r.error = std::move(why);
@@ -120,7 +80,7 @@ bool Backend::on_readable(std::string* why) {
 
 bool Backend::dispatch(Message& m, std::string* why) {
   const uint32_t req = m.hdr.request;
-  const Spec* spec = find_spec(req);
+  const MessageSpec* spec = find_message(req);
   Reply r;
   bool ok;
   // Decided before the handler runs: RESET_OWNER clears the negotiated protocol features,
