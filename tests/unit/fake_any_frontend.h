@@ -85,18 +85,7 @@ struct AnyRingFrontend {
 };
 
 /// Connects `fe` to port `p` over a socketpair; fe.pump() runs the port's event handler.
-inline bool connect_any(port::VhostPort& p, AnyRingFrontend& fe) {
-  UniqueFd ours, peer;
-  if (!test::make_socketpair(&ours, &peer)) return false;
-  p.backend_for_link().attach(std::move(ours));
-  fe.peer = std::make_unique<RawPeer>(std::move(peer));
-  port::VhostPort* pp = &p;
-  fe.pump = [pp] {
-    pp->on_event();
-    return pp->backend().connected();
-  };
-  return true;
-}
+inline bool connect_any(port::VhostPort& p, AnyRingFrontend& fe) { return connect_port(p, fe); }
 
 /// A frame of `len` bytes from MAC ...:01 to ...:02, `tag` in bytes 14-15.
 inline std::vector<uint8_t> frame_tagged(uint32_t len, uint32_t tag) {

@@ -120,9 +120,11 @@ struct Frontend {
   }
 };
 
-/// Connects front-end `fe` to port `p` over a socketpair, the port's back-end pumped in the
-/// caller's thread. False if the socketpair cannot be made.
-inline bool connect_port(port::VhostPort& p, Frontend& fe) {
+/// Connects front-end `fe` (a Frontend or an AnyRingFrontend: anything with `peer` and
+/// `pump`) to port `p` over a socketpair, the port's back-end pumped in the caller's
+/// thread. False if the socketpair cannot be made.
+template <class Fe>
+inline bool connect_port(port::VhostPort& p, Fe& fe) {
   UniqueFd ours, peer;
   if (!make_socketpair(&ours, &peer)) return false;
   p.backend_for_link().attach(std::move(ours));
