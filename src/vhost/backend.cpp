@@ -203,7 +203,7 @@ bool Backend::h_set_mem_table(Message& m, Reply& r) {
     mem_fds_[i] = i < n ? std::move(m.fds[i]) : UniqueFd();
     mem_regions_[i] = i < n ? regions[i] : MemRegionDesc{};
   }
-  for (Vring& v : vrings_) v.detach();
+  for (Vring& v : vrings_) v.park();  // (reads no guest memory: the positions it keeps are ours)
   refresh();
   host_->resume_datapath();
   VL_LOG_RL(spdlog::level::info, "{}: memory table with {} regions, {} MiB mapped", opts_.log_name,
@@ -222,8 +222,16 @@ bool Backend::h_set_vring_num(Message& m, Reply& r) {
     return fail(r, fmt::format("queue size {} ({} up to {} needed)", s.num,
                                packed ? "a size" : "a power of two", kMaxQueueSize));
   host_->pause_datapath();
-  vrings_[i].num = s.num;
-  vrings_[i].detach();
+  Vring& v = vrings_[i];
+  if (v.num == s.num) {
+    v.park();
+  } else if (v.attached()) {
+    // A ring of another size is a new ring: the old position means nothing in it
+    // (QEMU and DPDK send SET_VRING_BASE after SET_VRING_NUM).
+    v.detach();
+    v.base = v.packed ? kPackedInitialBase : 0;
+  }
+  v.num = s.num;
   refresh();
   host_->resume_datapath();
   return true;
@@ -236,10 +244,9 @@ bool Backend::h_set_vring_addr(Message& m, Reply& r) {
   if (!vring_index(a.index, &i, r)) return false;
   if (a.flags & ~1u) return fail(r, fmt::format("unknown vring address flags {:#x}", a.flags));
   host_->pause_datapath();
-  save_base(vrings_[i]);  // QEMU sets the address again (VHOST_VRING_F_LOG) mid-traffic
+  vrings_[i].park();  // QEMU sets the address again (VHOST_VRING_F_LOG) mid-traffic
   vrings_[i].addr = a;
   vrings_[i].addr_set = true;
-  vrings_[i].detach();
   refresh();
   host_->resume_datapath();
   return true;
@@ -274,10 +281,9 @@ bool Backend::h_get_vring_base(Message& m, Reply& r) {
   Vring& v = vrings_[i];
   // Paused: no frame of this port is held in a PMD thread's output queues (they are
   // delivered or returned at the quiescent point, dp/pmd.h), so every chain taken is used.
-  save_base(v);
+  v.park();
   v.started = false;  // vhost-user.rst GET_VRING_BASE: stops the ring
   v.kick.reset();
-  v.detach();
   refresh();
   host_->resume_datapath();
   r.set_state(VringState{i, v.base});
@@ -306,7 +312,7 @@ bool Backend::h_set_vring_fd(Message& m, Reply& r) {
     case Req::kSetVringKick:
       vr.kick = std::move(fd);
       vr.started = true;  // vhost-user.rst: the ring starts on SET_VRING_KICK
-      vr.detach();
+      vr.park();
       break;
     case Req::kSetVringCall: vr.call = std::move(fd); break;
     default: vr.err = std::move(fd); break;
@@ -393,12 +399,6 @@ bool Backend::h_set_log_base(Message& m, Reply& r) {
   return true;
 }
 
-void Backend::save_base(Vring& v) {
-  if (!v.attached()) return;
-  v.base = v.packed ? v.pq.vring_base() : v.q.last_avail();
-  v.base_set = true;
-}
-
 void Backend::set_queue_log(uint32_t i) {
   Vring& v = vrings_[i];
   DirtyLog* log = logging() ? log_.get() : nullptr;
@@ -440,11 +440,15 @@ void Backend::refresh() {
     else if (v.attached() && v.broken()) v.why_not = "ring broken";
     else v.ready = true;
     if (!v.ready) {
-      if (v.why_not != "ring broken") v.detach();
+      // Disabled, or stopped for a moment: keep the position (hostile-inputs.md item 26).
+      if (v.why_not != "ring broken") v.park();
       continue;
     }
     const bool packed = has(features_, kFRingPacked);
-    if (v.attached() && v.packed != packed) v.detach();
+    if (v.attached() && v.packed != packed) {  // SET_FEATURES changed the layout: a new ring
+      v.detach();
+      v.base = packed ? kPackedInitialBase : 0;
+    }
     v.packed = packed;
     if (!v.attached() && !(packed ? attach_packed(i) : attach_split(i))) {
       v.ready = false;

@@ -66,6 +66,21 @@ struct Vring {
   bool attached() const { return packed ? pq.attached() : q.attached(); }
   bool broken() const { return packed ? pq.broken() : q.broken(); }
   bool call_blocked() const { return q.call_blocked() || pq.call_blocked(); }
+  /// Takes the queue down keeping where it was: an attached ring's position goes into
+  /// `base` (split: next avail index; packed: both slots and wrap counters), so the ring
+  /// resumes there when it is attached again (SET_VRING_ENABLE 0 -> 1, a new memory table,
+  /// a new kick fd, SET_VRING_ADDR). Packed rings have no used index in guest memory to
+  /// recover from (virtio 1.2 §2.8), so this is the only record of their position
+  /// (hostile-inputs.md item 26). Called with the datapath paused: nothing is in flight.
+  void park() {
+    if (attached()) {
+      base = packed ? pq.vring_base() : q.last_avail();
+      base_set = true;
+    }
+    detach();
+  }
+  /// Takes the queue down forgetting its position: for SET_VRING_BASE (the front-end says
+  /// where to resume), a new ring size or layout (the old position means nothing there).
   void detach() {
     q.detach();
     pq.detach();
@@ -217,8 +232,6 @@ class Backend {
   bool attach_packed(uint32_t i);
   /// Gives vring i's queue the dirty log (or none) with its rings' guest-physical addresses.
   void set_queue_log(uint32_t i);
-  /// Keeps an attached ring's position in `base` before it is detached and set up again.
-  void save_base(Vring& v);
 
   DeviceHost* host_;
   BackendOptions opts_;
