@@ -48,7 +48,7 @@ DPDK_RUNTIME_DIR = "/var/run/dpdk"
 
 # The documented drop reasons (INTERFACES.md): always present, 0 when nothing was dropped.
 DROP_KEYS = ("no_rx_buffer", "bad_descriptor", "bad_header", "too_big", "ring_broken",
-             "no_destination", "bad_csum", "bad_gso", "handoff_full")
+             "no_destination", "bad_csum", "bad_gso", "handoff_full", "short_rx_buffer")
 # Drops that mean the switch or a peer broke a ring: never expected with healthy peers.
 CORRUPTION_DROPS = ("bad_descriptor", "bad_header", "ring_broken")
 

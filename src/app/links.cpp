@@ -24,6 +24,7 @@ constexpr port::Drop port_drop(vhost::LinkDrop d) {
     case vhost::LinkDrop::kTooBig: return port::Drop::kTooBig;
     case vhost::LinkDrop::kRingBroken: return port::Drop::kRingBroken;
     case vhost::LinkDrop::kNoDestination: return port::Drop::kNoDestination;
+    case vhost::LinkDrop::kShortRxBuffer: return port::Drop::kShortRxBuffer;
     case vhost::LinkDrop::kCount: break;
   }
   return port::Drop::kCount;

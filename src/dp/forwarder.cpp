@@ -805,6 +805,15 @@ template <class Q, class Get>
     case offload::Outcome::kBadGso:
       counters_[src].drop(Drop::kBadGso);
       return true;
+    case offload::Outcome::kShortBuffer:
+      if (!counters_[o].drops[static_cast<uint32_t>(Drop::kShortRxBuffer)].load(std::memory_order_relaxed))
+        VL_LOG_RL(spdlog::level::warn,
+                  "port {}: receive buffer shorter than the virtio-net header or than any "
+                  "frame (against virtio 1.2 §5.1.6.3.1); returned unused, the frame dropped "
+                  "(short_rx_buffer; logged once per PMD thread)",
+                  tables_->ports[o]->name());
+      counters_[o].drop(Drop::kShortRxBuffer);
+      return true;
     case offload::Outcome::kBadRing:
       break;
   }

@@ -25,6 +25,7 @@ enum class Outcome : uint8_t {
   kTooBig,    ///< above the receiver's largest frame (a segment, for a segmented frame)
   kBadRing,   ///< the receive queue is broken
   kBadGso,    ///< the TSO frame's headers are not segmentable (count on the ingress port)
+  kShortBuffer,  ///< the receiver's next buffer could take no frame; it was returned unused
 };
 
 /// The outcome of a plain delivery (virtio::deliver_frame).
@@ -33,6 +34,7 @@ inline Outcome map(virtio::DeliverStatus s) {
     case virtio::DeliverStatus::kOk: return Outcome::kOk;
     case virtio::DeliverStatus::kNoBuffer: return Outcome::kNoBuffer;
     case virtio::DeliverStatus::kTooBig: return Outcome::kTooBig;
+    case virtio::DeliverStatus::kShortBuffer: return Outcome::kShortBuffer;
     case virtio::DeliverStatus::kBadRing: break;
   }
   return Outcome::kBadRing;

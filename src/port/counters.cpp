@@ -13,6 +13,7 @@ const char* drop_name(Drop d) {
     case Drop::kBadCsum: return "bad_csum";
     case Drop::kBadGso: return "bad_gso";
     case Drop::kHandoffFull: return "handoff_full";
+    case Drop::kShortRxBuffer: return "short_rx_buffer";
     case Drop::kCount: break;
   }
   return "unknown";

@@ -26,6 +26,9 @@ enum class Drop : uint8_t {
   kBadCsum,        ///< NEEDS_CSUM not negotiated, or csum_start/csum_offset past the frame
   kBadGso,         ///< gso_type not negotiated or unknown, gso_size 0, unsegmentable headers
   kHandoffFull,    ///< egress port: the handoff ring to its queue's writer thread was full
+  /// egress port: its next receive buffer was too short for any frame (below the
+  /// virtio-net header; hostile-inputs.md item 21): returned unused, the frame dropped
+  kShortRxBuffer,
   kCount,
 };
 inline constexpr uint32_t kNumDrops = static_cast<uint32_t>(Drop::kCount);

@@ -440,7 +440,7 @@ void Backend::refresh() {
     else if (v.attached() && v.broken()) v.why_not = "ring broken";
     else v.ready = true;
     if (!v.ready) {
-      // Disabled, or stopped for a moment: keep the position (hostile-inputs.md item 26).
+      // Disabled, or stopped for a moment: keep the position (hostile-inputs.md item 19).
       if (v.why_not != "ring broken") v.park();
       continue;
     }

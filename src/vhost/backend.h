@@ -71,7 +71,7 @@ struct Vring {
   /// resumes there when it is attached again (SET_VRING_ENABLE 0 -> 1, a new memory table,
   /// a new kick fd, SET_VRING_ADDR). Packed rings have no used index in guest memory to
   /// recover from (virtio 1.2 §2.8), so this is the only record of their position
-  /// (hostile-inputs.md item 26). Called with the datapath paused: nothing is in flight.
+  /// (hostile-inputs.md item 19). Called with the datapath paused: nothing is in flight.
   void park() {
     if (attached()) {
       base = packed ? pq.vring_base() : q.last_avail();

@@ -14,7 +14,8 @@ inline constexpr int kProtoVlDirectLink = 56;
 /// No payload; the reply is u64 0 and one fd (a SOCK_STREAM unix socket).
 inline constexpr uint32_t kReqVlLinkChannel = 0x564c00;  // "VL" << 8
 
-inline constexpr uint32_t kLinkVersion = 1;
+/// LINK_PROBE's version: 2 since LinkDrop::kShortRxBuffer (LINK_STOP's reply grew by 8 bytes).
+inline constexpr uint32_t kLinkVersion = 2;
 
 /// Requests on the link channel (switch -> B).
 enum class LinkReq : uint32_t {
@@ -69,7 +70,8 @@ enum class LinkDrop : uint32_t {
   kTooBig = 3,         ///< too_big: above A's largest frame or receive buffers
   kRingBroken = 4,     ///< ring_broken: one of A's queues stopped
   kNoDestination = 5,  ///< no_destination: not counted by B today; keeps its slot
-  kCount = 6,
+  kShortRxBuffer = 6,  ///< short_rx_buffer: A's next receive buffer could take no frame
+  kCount = 7,
 };
 inline constexpr uint32_t kLinkDrops = static_cast<uint32_t>(LinkDrop::kCount);
 
@@ -82,6 +84,7 @@ constexpr const char* link_drop_name(LinkDrop d) {
     case LinkDrop::kTooBig: return "too_big";
     case LinkDrop::kRingBroken: return "ring_broken";
     case LinkDrop::kNoDestination: return "no_destination";
+    case LinkDrop::kShortRxBuffer: return "short_rx_buffer";
     case LinkDrop::kCount: break;
   }
   return "?";
@@ -102,6 +105,6 @@ struct LinkStopReply {
   uint32_t last_avail[2];  ///< [0] A's receive queue, [1] A's transmit queue
   LinkCounters counters;
 };
-static_assert(sizeof(LinkStopReply) == 16 + 80);
+static_assert(sizeof(LinkStopReply) == 16 + 88);
 
 }  // namespace vl::vhost

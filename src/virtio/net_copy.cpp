@@ -123,6 +123,16 @@ DeliverStatus deliver_frame_rest(Q& q, SegmentArena& scratch, NetHdr hdr, uint32
                                  const Segment* src, uint32_t nsrc, uint32_t frame_len,
                                  bool mergeable, typename Q::Mark start, const Chain& first) {
   const uint64_t total = uint64_t{hdr_len} + frame_len;
+  // A first chain that can take no frame at all: shorter than the header with mergeable
+  // buffers (num_buffers, header bytes 10-11, must be in the first buffer: virtio 1.2
+  // §5.1.6.3.1 asks every buffer to hold the header), or than the header plus an Ethernet
+  // header without them. Posted against the spec; returned unused, so that the queue does
+  // not stall on it and the driver never reads a header split over two buffers
+  // (hostile-inputs.md item 21).
+  if (first.len < (mergeable ? hdr_len : hdr_len + kEthHdrLen)) [[unlikely]] {
+    q.push_used(first.head, 0, first.ring_descs);
+    return DeliverStatus::kShortBuffer;
+  }
   DirtyLog* const log = q.dirty_log();
   PopStatus st;
   Reader frame{src, nsrc};
@@ -185,16 +195,7 @@ DeliverStatus deliver_frame_rest(Q& q, SegmentArena& scratch, NetHdr hdr, uint32
       return DeliverStatus::kBadRing;
     }
   }
-  // Each buffer must hold at least the virtio-net header (virtio 1.2 §5.1.6.3.1, driver
-  // requirements), so num_buffers (header bytes 10-11) is in the first chain. After a
-  // shorter first chain (a zero-length one too) it could not be written: the frame did not
-  // go in (no_rx_buffer) and nothing is consumed, rather than the driver reading a wrong
-  // num_buffers (hostile-inputs.md item 21). (The walk above ran first, so a hostile chain
-  // layout still meets the work budget.)
-  if (first.len < hdr_len) [[unlikely]] {
-    q.restore(start);
-    return DeliverStatus::kNoBuffer;
-  }
+  // num_buffers (header bytes 10-11) is in the first chain, which holds the header (above).
   if (hdr_len >= 12) {
     write_u16_at(&scratch.segs[first.seg_begin], first.nsegs, 10, nbufs);
     if (log) [[unlikely]] log_written(log, q.memory(), &scratch.segs[first.seg_begin], first.nsegs, 12);

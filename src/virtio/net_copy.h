@@ -35,6 +35,10 @@ enum class DeliverStatus : uint8_t {
   kNoBuffer,  ///< the driver has not posted enough receive buffers; nothing was consumed
   kTooBig,    ///< without mergeable buffers the frame does not fit the posted buffer
   kBadRing,   ///< a receive chain was malformed: the queue is broken (stop it)
+  /// The next receive chain is too short for any frame (shorter than the header, or than
+  /// the header plus an Ethernet header without mergeable buffers): it was returned to
+  /// the driver with used length 0 and the frame was not delivered.
+  kShortBuffer,
 };
 
 /// Copies a frame of `n` bytes: frames of 16 to 64 bytes (the 64 B case every dataplane is

@@ -148,9 +148,17 @@ struct NetHdr {
 };
 static_assert(sizeof(NetHdr) == 12);
 
-/// Header length a device and driver use for the negotiated `features` (bytes).
+/// The virtio-net header length (bytes) for the whole negotiated feature set, the one
+/// rule every part of virtlink uses (hostile-inputs.md item 20): 12 (NetHdr, with
+/// num_buffers) with VERSION_1 (virtio 1.2 §5.1.6) or MRG_RXBUF (the legacy layout,
+/// §5.1.6.1), and with RING_PACKED even without VERSION_1: not a combination the spec
+/// defines, but the one DPDK's virtio PMD negotiates in legacy mode, and both its PMD
+/// (vtnet_hdr_size) and its vhost library then use 12 bytes. 10 otherwise. (HASH_REPORT's
+/// 20-byte header is never offered.)
 constexpr uint32_t net_hdr_len(uint64_t features) {
-  return (has(features, kFVersion1) || has(features, kNetFMrgRxbuf)) ? 12 : 10;
+  return (has(features, kFVersion1) || has(features, kNetFMrgRxbuf) || has(features, kFRingPacked))
+             ? 12
+             : 10;
 }
 
 /// Ethernet sizes (bytes, without FCS).

@@ -295,6 +295,7 @@ bool DirectLink::deliver(const uint8_t* frame, uint32_t len) {
       return true;
     case DeliverStatus::kNoBuffer: count_drop(idx(LinkDrop::kNoRxBuffer)); return false;
     case DeliverStatus::kTooBig: count_drop(idx(LinkDrop::kTooBig)); return false;
+    case DeliverStatus::kShortBuffer: count_drop(idx(LinkDrop::kShortRxBuffer)); return false;
     case DeliverStatus::kBadRing:
       count_drop(idx(LinkDrop::kRingBroken));
       VL_LOG_RL(spdlog::level::err, "direct link: malformed receive chain on the peer; its "

@@ -524,6 +524,44 @@ class Rings(HostileCase):
         self.assertEqual(got[0][54:58], b"TSOK")
         self.assertTrue(all(tcp4_valid(f) for f in got))
 
+    def test_18_receive_buffers_shorter_than_the_header(self):
+        """Item 21: c (mergeable buffers, 12-byte header) posts receive buffers of 8, 10, 0
+        and 11 bytes, then good ones. Each short buffer is returned unused (used length 0)
+        and costs one frame (short_rx_buffer on c, logged once); the frames after them
+        arrive intact with num_buffers 1; the queue never stalls; a and b keep forwarding."""
+        g = self.h.guest("c")
+        self.h.learn(g, MAC_C)
+        g.rx.take()  # (nothing posted yet: the learning frame was no_destination)
+        short = (8, 10, 0, 11)
+        q = g.rx
+        for i, n in enumerate(short):
+            q.set_desc(i, q.buf_of[i], n, DESC_WRITE, 0)
+            q.put_avail(i, publish=False)
+        for i in range(len(short), len(short) + 8):
+            q.set_desc(i, q.buf_of[i], q.BUF, DESC_WRITE, 0)
+            q.put_avail(i, publish=False)
+        q.publish()
+        before = self.h.stats()
+        sent = [frame(MAC_C, MAC_A, b"SHRT%d" % k, size=100 + k) for k in range(8)]
+        for f in sent:
+            self.h.a.tx.send_frame(f)
+        st = self.h.wait_stats(lambda s: Harness.delta(before, s, "c", "short_rx_buffer") == 4 and
+                               Harness.delta(before, s, "c", "tx_packets") == 4, 5,
+                               "4 short buffers returned, 4 frames delivered")
+        used = []
+        deadline = time.monotonic() + 3
+        while len(used) < 8 and time.monotonic() < deadline:
+            used += q.take_used()
+        self.assertEqual([u for u in used[:4]], [(i, 0) for i in range(4)], "short buffers")
+        for (head, ln), f in zip(used[4:], sent[4:]):
+            data = g.mem.read(q.buf_of[head], ln)
+            self.assertEqual(struct.unpack("<H", data[10:12])[0], 1)
+            self.assertEqual(data[HDR_LEN:], f)
+        self.assertDelta("c", "no_rx_buffer", 0, st, before)
+        log = self.h.tb.switch.output()
+        self.assertEqual(log.count("port c: receive buffer shorter than the virtio-net header"), 1,
+                         "the short buffers are logged once")
+
     def test_16_mac_table_eviction(self):
         """16 frames from source MACs that collide with a victim's bucket under the old public
         hash (multiply-shift by 0x9e3779b97f4a7c15): the MAC table's hash is keyed now, and

@@ -52,6 +52,7 @@ inline const char* status_name(DeliverStatus s) {
     case DeliverStatus::kNoBuffer: return "kNoBuffer";
     case DeliverStatus::kTooBig: return "kTooBig";
     case DeliverStatus::kBadRing: return "kBadRing";
+    case DeliverStatus::kShortBuffer: return "kShortBuffer";
   }
   return "?";
 }

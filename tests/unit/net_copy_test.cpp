@@ -294,10 +294,10 @@ TEST_F(NetCopyTest, MergeableNumBuffersAcrossSegmentEdges) {
 }
 
 // A first receive chain shorter than the header would leave num_buffers (bytes 10-11) in a
-// later chain, never written: a driver that posts it breaks virtio 1.2 §5.1.6.3.1. The frame
-// does not go in (no buffer) and nothing is consumed, rather than the driver reading a wrong
-// num_buffers (hostile-inputs.md item 21).
-TEST_F(NetCopyTest, MergeableFirstChainShorterThanTheHeaderIsNoBuffer) {
+// later chain: a driver that posts it breaks virtio 1.2 §5.1.6.3.1. The chain is returned
+// unused (length 0, so the queue does not stall on it), the frame is not delivered
+// (kShortBuffer), and the chains after it are untouched (hostile-inputs.md item 21).
+TEST_F(NetCopyTest, MergeableFirstChainShorterThanTheHeaderIsReturnedUnused) {
   for (uint32_t first_len : {0u, 1u, 4u, 10u, 11u}) {
     // A fresh receive queue each time (the last one is broken).
     FakeMemory m;
@@ -312,13 +312,66 @@ TEST_F(NetCopyTest, MergeableFirstChainShorterThanTheHeaderIsNoBuffer) {
     ring.add_rx({256});
     const auto frame = make_frame(150, static_cast<uint8_t>(first_len));
     Segment seg{const_cast<uint8_t*>(frame.data()), static_cast<uint32_t>(frame.size())};
-    EXPECT_EQ(deliver_frame(q, *scratch, NetHdr{}, 12, &seg, 1, 150, true), DeliverStatus::kNoBuffer)
+    EXPECT_EQ(deliver_frame(q, *scratch, NetHdr{}, 12, &seg, 1, 150, true),
+              DeliverStatus::kShortBuffer)
         << first_len;
     EXPECT_FALSE(q.broken()) << first_len;
-    EXPECT_EQ(q.last_avail(), 0u) << first_len;  // nothing consumed
+    EXPECT_EQ(q.last_avail(), 1u) << first_len;  // the short chain only
     q.publish_used();
+    const auto u = ring.next_used();
+    ASSERT_TRUE(u.has_value()) << first_len;
+    EXPECT_EQ(u->len, 0u) << first_len;
     EXPECT_FALSE(ring.next_used().has_value()) << first_len;
+    // The next frame goes into the chains after it.
+    EXPECT_EQ(deliver_frame(q, *scratch, NetHdr{}, 12, &seg, 1, 150, true), DeliverStatus::kOk);
   }
+}
+
+// Without mergeable buffers a chain must hold the header and a whole frame: one shorter
+// than the header plus an Ethernet header can hold none and is returned unused; one that
+// holds some frames but not this one stays for a smaller frame (too big).
+TEST_F(NetCopyTest, NonMergeableChainTooShortForAnyFrameIsReturnedUnused) {
+  for (uint32_t hdr_len : {10u, 12u}) {
+    for (uint32_t len : {0u, 9u, hdr_len, hdr_len + 13}) {
+      FakeMemory m;
+      m.add_region(0x100000, 1 << 20);
+      GuestMemory g;
+      FakeVring ring(m, 256, 0);
+      ASSERT_TRUE(m.build(g));
+      SplitDeviceQueue q;
+      ring.attach(q, g, kFeatures);
+      ring.add_rx({len});
+      ring.add_rx({2048});
+      const auto frame = make_frame(60);
+      Segment seg{const_cast<uint8_t*>(frame.data()), 60};
+      EXPECT_EQ(deliver_frame(q, *scratch, NetHdr{}, hdr_len, &seg, 1, 60, false),
+                DeliverStatus::kShortBuffer)
+          << hdr_len << " " << len;
+      EXPECT_EQ(deliver_frame(q, *scratch, NetHdr{}, hdr_len, &seg, 1, 60, false), DeliverStatus::kOk);
+      q.publish_used();
+      auto u0 = ring.next_used(), u1 = ring.next_used();
+      ASSERT_TRUE(u0 && u1);
+      EXPECT_EQ(u0->len, 0u);
+      EXPECT_EQ(u1->len, hdr_len + 60);
+      NetHdr want{};
+      want.num_buffers = 1;  // (in the 12-byte header only)
+      EXPECT_EQ(ring.done_bytes(static_cast<uint16_t>(u1->id), u1->len),
+                with_net_hdr(want, hdr_len, frame));
+    }
+  }
+  // hdr_len + 14 bytes holds a 14-byte frame: kept for it when a larger frame comes first.
+  FakeMemory m;
+  m.add_region(0x100000, 1 << 20);
+  GuestMemory g;
+  FakeVring ring(m, 256, 0);
+  ASSERT_TRUE(m.build(g));
+  SplitDeviceQueue q;
+  ring.attach(q, g, kFeatures);
+  ring.add_rx({12 + 14});
+  const auto frame = make_frame(60);
+  Segment seg{const_cast<uint8_t*>(frame.data()), 60};
+  EXPECT_EQ(deliver_frame(q, *scratch, NetHdr{}, 12, &seg, 1, 60, false), DeliverStatus::kTooBig);
+  EXPECT_EQ(q.last_avail(), 0u);
 }
 
 TEST_F(NetCopyTest, MergeableNotEnoughBuffersLeavesTheQueueAsItWas) {

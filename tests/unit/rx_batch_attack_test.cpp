@@ -63,7 +63,7 @@ struct Model {
   std::deque<RxPost> pending;
   bool broken = false;
   bool mrg = true;
-  uint64_t sent = 0, too_big = 0, nobuf = 0, ring_broken = 0;
+  uint64_t sent = 0, too_big = 0, nobuf = 0, ring_broken = 0, short_buf = 0;
   std::vector<Used> used;  // expected used entries, in order
   // for each delivered frame: chains (index into `consumed`) and frame bytes
   struct Deliv {
@@ -86,6 +86,13 @@ struct Model {
       if (c.kind != kHeadOor) used.push_back({c.id, 0});
       pending.pop_front();
       ++ring_broken;
+      return;
+    }
+    // Too short for any frame (hostile-inputs.md item 21): returned unused, frame dropped.
+    if (c.total() < (mrg ? 12u : 12u + 14u)) {
+      used.push_back({c.id, 0});
+      pending.pop_front();
+      ++short_buf;
       return;
     }
     if (c.total() >= T) {
@@ -125,11 +132,6 @@ struct Model {
         ++ring_broken;
         return;
       }
-    }
-    if (c.total() < 12) {
-      for (size_t i = 0; i < k; ++i) pending[i].scribbled = true;
-      ++nobuf;
-      return;
     }
     for (auto& x : u) used.push_back(x);
     delivered.push_back(d);
@@ -265,6 +267,7 @@ class RxBatch {
     EXPECT_EQ(fw->counters(1).tx_packets.load(), model.sent) << what;
     EXPECT_EQ(drops(port::Drop::kTooBig), model.too_big) << what;
     EXPECT_EQ(drops(port::Drop::kNoRxBuffer), model.nobuf) << what;
+    EXPECT_EQ(drops(port::Drop::kShortRxBuffer), model.short_buf) << what;
     EXPECT_EQ(drops(port::Drop::kRingBroken) + drops(port::Drop::kNoDestination) +
                   fw->counters(0).drops[static_cast<uint32_t>(port::Drop::kNoDestination)].load(),
               model.ring_broken)
