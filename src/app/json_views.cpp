@@ -164,7 +164,10 @@ control::Json ports_json(const SwitchView& sw) {
                         {"enabled", r.enabled},
                         {"role", v % 2 == 0 ? "guest-rx" : "guest-tx"},
                         {"size", r.num},
-                        {"layout", r.packed ? "packed" : "split"},
+                        // (a ring never attached has the layout the features chose)
+                        {"layout", (r.attached() ? r.packed : virtio::has(b.features(), virtio::kFRingPacked))
+                                       ? "packed"
+                                       : "split"},
                         {"ready", r.ready},
                         {"why_not", r.ready ? "" : r.why_not},
                         {"kick", r.kick.valid() ? "eventfd" : (r.started ? "polling" : "none")},
