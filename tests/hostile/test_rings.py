@@ -310,8 +310,9 @@ class Rings(HostileCase):
     def test_09_rx_chains_sharing_one_long_chain(self):
         """Item 17 (bounded work): every receive avail entry names the same 32768-descriptor
         chain of empty buffers. Without a per-frame bound, one frame costs 2^30 descriptor
-        reads (seconds of the PMD thread shared by every port). Now: the ring is broken
-        after a bounded walk, and the healthy pair does not notice."""
+        reads (seconds of the PMD thread shared by every port). Now a frame costs one walk
+        of that chain: it can hold no frame (item 21), so it is returned unused and the
+        frame dropped (short_rx_buffer), and the healthy pair does not notice."""
         g = self.h.connect("c")
         g.negotiate(rings=False, mem=Memory.simple(8 << 20))
         N = 32768
@@ -329,14 +330,16 @@ class Rings(HostileCase):
         before = self.h.stats()
         t0 = time.monotonic()
         self.h.a.tx.send_frame(frame(BCAST, MAC_A, b"flooded"))
-        self.h.wait_stats(lambda s: Harness.delta(before, s, "c", "ring_broken") == 1, 5, "ring_broken on c")
+        self.h.wait_stats(lambda s: Harness.delta(before, s, "c", "short_rx_buffer") == 1, 5,
+                          "short_rx_buffer on c")
         self.h.check_healthy(timeout=2)
         _log("hostile receive ring stopped after %.2f s" % (time.monotonic() - t0))
         self.assertLess(time.monotonic() - t0, 3.0)
 
     def test_10_rx_empty_buffers(self):
-        """Mergeable receive buffers of 0 bytes, a queue full of them: the frame does not fit
-        (no_rx_buffer), bounded by the queue size, and nothing is written."""
+        """Mergeable receive buffers of 0 bytes, a queue full of them (item 21): each frame
+        costs one of them, returned unused (used length 0, short_rx_buffer), and nothing is
+        written."""
         g = self.h.connect("c")
         g.negotiate(rings=False, mem=Memory.simple(8 << 20))
         N = 4096
@@ -354,9 +357,13 @@ class Rings(HostileCase):
         before = self.h.stats()
         for _ in range(5):
             self.h.a.tx.send_frame(frame(MAC_C, MAC_A, b"no room"))
-        st = self.h.wait_stats(lambda s: Harness.delta(before, s, "c", "no_rx_buffer") == 5, 5, "no_rx_buffer")
+        st = self.h.wait_stats(lambda s: Harness.delta(before, s, "c", "short_rx_buffer") == 5, 5,
+                               "short_rx_buffer")
         self.assertDelta("c", "tx_packets", 0, st, before)
-        self.assertEqual(g.rx.used_idx(), 0)
+        self.assertDelta("c", "no_rx_buffer", 0, st, before)
+        self.assertEqual(g.rx.used_idx(), 5)
+        self.assertEqual([ln for _, ln in g.rx.take_used()], [0] * 5)
+        self.assertEqual(g.mem.read(buf, 64), b"\0" * 64, "written into a 0-byte buffer")
 
     def test_11_slow_receiver(self):
         """Item 18: a port that posts 4 receive buffers and never more: 4 delivered, the rest
