@@ -185,12 +185,17 @@ DeliverStatus deliver_frame_rest(Q& q, SegmentArena& scratch, NetHdr hdr, uint32
     }
     if (!scratch.has_room_for_chain()) scratch.used = first.seg_begin + first.nsegs;
     st = q.template pop<true>(scratch, &c);
+    // A malformed chain or a walk over budget mid-spread: the queue stops. Nothing of this
+    // frame is published (restore): a driver must not see the chains written so far as a
+    // frame whose num_buffers was never set (hostile-inputs.md item 21).
     if (st != PopStatus::kOk) [[unlikely]] {
+      q.restore(start);
       q.mark_broken();
       return DeliverStatus::kBadRing;
     }
     cost += c.ndesc;
     if (cost > budget) [[unlikely]] {
+      q.restore(start);
       q.mark_broken();
       return DeliverStatus::kBadRing;
     }

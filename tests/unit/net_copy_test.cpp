@@ -374,6 +374,21 @@ TEST_F(NetCopyTest, NonMergeableChainTooShortForAnyFrameIsReturnedUnused) {
   EXPECT_EQ(q.last_avail(), 0u);
 }
 
+// A frame spread over mergeable buffers that meets a malformed chain (not device-writable)
+// after two good ones: the queue stops, and nothing of the frame is published: the driver
+// never sees the two written chains as a frame whose num_buffers was not set
+// (hostile-inputs.md item 21).
+TEST_F(NetCopyTest, MergeableSpreadBrokenMidwayPublishesNothingOfTheFrame) {
+  rx->add_rx({256});
+  rx->add_rx({256});
+  rx->add_chain({{fm.alloc(256), 256, 0}});  // device-readable: malformed for receive
+  const auto frame = make_frame(1000);
+  EXPECT_EQ(deliver(frame, true), DeliverStatus::kBadRing);
+  EXPECT_TRUE(rxq.broken());
+  EXPECT_TRUE(take_used().empty());
+  EXPECT_EQ(rx->used_idx(), 0);
+}
+
 TEST_F(NetCopyTest, MergeableNotEnoughBuffersLeavesTheQueueAsItWas) {
   rx->add_rx({256});
   rx->add_rx({256});

@@ -72,7 +72,6 @@ struct Model {
     std::vector<uint8_t> frame;
   };
   std::vector<Deliv> delivered;
-  std::vector<RxPost> consumed_partial;  // chains written but frame not complete
 
   void frame(const std::vector<uint8_t>& f, uint32_t max_frame) {
     if (broken) { ++ring_broken; return; }
@@ -123,12 +122,9 @@ struct Model {
         ++nobuf;
         return;
       }
-      if (pending[k].bad()) {  // broken mid-spread: written chains and bad chain returned
+      if (pending[k].bad()) {  // broken mid-spread: nothing of the frame is returned
         broken = true;
-        for (auto& x : u) used.push_back(x);
-        if (pending[k].kind != kHeadOor) used.push_back({pending[k].id, 0});
-        for (size_t i = 0; i < k; ++i) consumed_partial.push_back(pending[i]);
-        pending.erase(pending.begin(), pending.begin() + k + 1);
+        for (size_t i = 0; i < k; ++i) pending[i].scribbled = true;
         ++ring_broken;
         return;
       }
