@@ -72,6 +72,7 @@ TEST_P(AttackShortRx, EveryShortChainCostsOneFrameAndIsReturnedEmpty) {
   h.ring(1, vhost::kRxVring, [&](auto& r) {
     while (auto u = r.next_used()) {
       ASSERT_LT(k, posts.size());
+      ASSERT_FALSE(h.in_flight(1).empty());
       const std::vector<uint8_t> want = h.in_flight(1).front();
       h.in_flight(1).pop_front();
       EXPECT_EQ(static_cast<uint16_t>(u->id), ids[k]) << "chain " << k << " returned out of order";

@@ -91,7 +91,8 @@ class RingPosition : public ::testing::TestWithParam<std::tuple<bool, Toggle>> {
 // written then); both brought back; everything forwarded. 100 rounds = 500 frames through
 // rings of 256: both lap, a packed ring's wrap counters flip four times.
 TEST_P(RingPosition, EveryFrameOnceAndIntactAcrossAHundredToggles) {
-  const auto [packed, t] = GetParam();
+  const bool packed = std::get<0>(GetParam());
+  const Toggle t = std::get<1>(GetParam());
   test::XconnectRig h(packed);
   const bool down = t == Toggle::kEnable || t == Toggle::kBaseRoundTrip;  // the ring stops
   h.post_rx(1, 64);
