@@ -142,7 +142,7 @@ TEST(AttackRingPosition, PackedGetBaseOnDisabledRingThenBaseEnableKick) {
     h.forward();
     h.receive(1, "round");
     h.reclaim_tx(0);
-    h.post_rx(1, 3);
+    h.post_rx(1, 4);  // 4 frames a round
     ASSERT_TRUE(fe.plain(Req::kSetVringEnable, VringState{tx, 0}));
     const uint32_t b = get_base(fe, tx);
     h.send(0, 70);
