@@ -613,5 +613,139 @@ TEST_F(OffloadDeliverTest, Item17PassedTsoFrameEndsWhereItsIpPacketEnds) {
   EXPECT_EQ(got[0].second, tso.f);
 }
 
+
+// ---------------------------------------------------------------- attack (branch h-attack)
+// The virtio-net header length through the software offloads (item 20) for receivers
+// with the 10-byte legacy header and the 12-byte header without mergeable buffers, and a
+// software-segmented TSO frame into receive buffers too short for any frame (item 21).
+
+struct HdrCase {
+  uint32_t hdr_len;
+  bool mrg;
+};
+
+class AttackOffloadHdr : public OffloadDeliverTest, public ::testing::WithParamInterface<HdrCase> {
+ protected:
+  offload::RxCaps caps_for(uint64_t features) {
+    const HdrCase c = GetParam();
+    offload::RxCaps d;
+    d.features = features | (c.hdr_len == 12 ? bit(kFVersion1) : 0) | (c.mrg ? bit(kNetFMrgRxbuf) : 0);
+    d.hdr_len = net_hdr_len(d.features);
+    EXPECT_EQ(d.hdr_len, c.hdr_len);
+    d.mrg_rxbuf = c.mrg;
+    return d;
+  }
+  std::vector<std::pair<NetHdr, Bytes>> received_hl() {
+    const HdrCase c = GetParam();
+    std::vector<std::pair<NetHdr, Bytes>> out;
+    while (auto e = rx->next_used()) {
+      Bytes b = rx->done_bytes(static_cast<uint16_t>(e->id), e->len);
+      NetHdr h{};
+      if (b.size() < c.hdr_len) {
+        ADD_FAILURE() << "used length " << e->len << " below the header";
+        continue;
+      }
+      std::memcpy(&h, b.data(), c.hdr_len);
+      Bytes frame(b.begin() + c.hdr_len, b.end());
+      const uint16_t nb = c.hdr_len == 12 ? h.num_buffers : 1;
+      if (c.hdr_len == 12) EXPECT_GE(nb, 1);
+      for (uint16_t k = 1; k < nb; ++k) {
+        auto m = rx->next_used();
+        if (!m) { ADD_FAILURE() << "missing merged buffer"; break; }
+        Bytes more = rx->done_bytes(static_cast<uint16_t>(m->id), m->len);
+        frame.insert(frame.end(), more.begin(), more.end());
+      }
+      out.push_back({h, frame});
+    }
+    return out;
+  }
+};
+
+TEST_P(AttackOffloadHdr, SegmentedTsoIntactAfterTheReceiversHeader) {
+  for (int i = 0; i < 16; ++i) rx->add_rx({2048});
+  FrameSpec s{.tcp_options = kTcpOptions};
+  const Bytes pl = payload_of(7000);
+  const Built tso = build(s, pl, true);
+  ASSERT_EQ(deliver(tso.f, tso_hdr(false, 1448, tso.l4), caps_for(0)), Outcome::kOk);
+  const auto got = received_hl();
+  const auto want = expected_segments(s, pl, 1448);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].first.flags, 0);
+    EXPECT_EQ(got[i].first.gso_type, 0);
+    EXPECT_EQ(got[i].second, want[i]) << i;
+  }
+}
+
+TEST_P(AttackOffloadHdr, PassedTsoAndPartialChecksumDescribedInTheReceiversHeader) {
+  const HdrCase c = GetParam();
+  for (int i = 0; i < 48; ++i) rx->add_rx({c.mrg ? 2048u : 70000u});
+  FrameSpec s{.tcp_options = kTcpOptions};
+  const Bytes pl = payload_of(20000);
+  const Built tso = build(s, pl, true);
+  const uint64_t f = bit(kNetFGuestCsum) | bit(kNetFGuestTso4);
+  ASSERT_EQ(deliver(tso.f, tso_hdr(false, 1448, tso.l4), caps_for(f)), Outcome::kOk);
+  FrameSpec u{.udp = true};
+  const Built part = build(u, payload_of(333), true);
+  NetHdr h{};
+  h.flags = kNetHdrFNeedsCsum;
+  h.csum_start = static_cast<uint16_t>(part.l4);
+  h.csum_offset = 6;
+  ASSERT_EQ(deliver(part.f, h, caps_for(0)), Outcome::kOk);
+  const auto got = received_hl();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].second, tso.f);
+  EXPECT_EQ(got[0].first.gso_type, kGsoTcpV4);
+  EXPECT_EQ(got[0].first.gso_size, 1448);
+  EXPECT_EQ(got[0].first.csum_start, tso.l4);
+  EXPECT_EQ(got[1].first.flags, 0);
+  EXPECT_EQ(got[1].second, build(u, payload_of(333)).f);
+}
+
+// A TSO frame segmented in software into a queue where every second buffer is too short
+// for any frame: each short buffer is returned with used length 0, the frame's remaining
+// segments dropped (one short_rx_buffer for the frame), nothing written into a short one.
+TEST_P(AttackOffloadHdr, SegmentedTsoIntoShortBuffers) {
+  const HdrCase c = GetParam();
+  const uint32_t thr = c.mrg ? c.hdr_len : c.hdr_len + 14;
+  std::vector<uint16_t> heads;
+  for (int i = 0; i < 16; ++i) heads.push_back(rx->add_rx({i % 2 ? thr - 1 : 2048u}));
+  FrameSpec s{.tcp_options = kTcpOptions};
+  const Bytes pl = payload_of(7000);
+  const Built tso = build(s, pl, true);
+  const auto want = expected_segments(s, pl, 1448);
+  uint32_t outcomes_short = 0, seg = 0;
+  for (int k = 0; k < 8; ++k) {
+    const Outcome o = deliver(tso.f, tso_hdr(false, 1448, tso.l4), caps_for(0));
+    EXPECT_EQ(o, Outcome::kShortBuffer) << k;
+    outcomes_short += o == Outcome::kShortBuffer;
+  }
+  EXPECT_EQ(outcomes_short, 8u);
+  for (int i = 0; i < 16; ++i) {
+    auto e = rx->next_used();
+    ASSERT_TRUE(e) << "buffer " << i << " not returned";
+    EXPECT_EQ(e->id, heads[i]);
+    if (i % 2) {
+      EXPECT_EQ(e->len, 0u) << i;
+      Bytes b = rx->done_bytes(static_cast<uint16_t>(e->id), thr - 1);
+      for (uint8_t x : b) EXPECT_EQ(x, 0xee) << "short buffer " << i << " written";
+    } else {
+      EXPECT_EQ(e->len, c.hdr_len + want[0].size()) << i;
+      Bytes b = rx->done_bytes(static_cast<uint16_t>(e->id), e->len);
+      EXPECT_EQ(Bytes(b.begin() + c.hdr_len, b.end()), want[0]) << i;
+    }
+    ++seg;
+  }
+  EXPECT_EQ(soft(offload::Work::kGsoSegments), 8u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Receivers, AttackOffloadHdr,
+                         ::testing::Values(HdrCase{10, false}, HdrCase{12, false},
+                                           HdrCase{12, true}),
+                         [](const auto& info) {
+                           return "hdr" + std::to_string(info.param.hdr_len) +
+                                  (info.param.mrg ? "_mrg" : "_nomrg");
+                         });
+
 }  // namespace
 }  // namespace vl::offload

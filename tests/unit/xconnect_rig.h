@@ -126,6 +126,10 @@ class XconnectRig {
     for (auto& d : fw_->counters(i).drops) n += d.load();
     return n;
   }
+  /// Side i's counters in the forwarder (attack tests: per-reason drops, packets).
+  const port::PortCounters& counters(uint32_t i) const { return fw_->counters(i); }
+  /// Frames on their way to side i, oldest first (attack tests with their own checks).
+  std::deque<std::vector<uint8_t>>& in_flight(uint32_t i) { return in_flight_[i]; }
   bool ready(uint32_t i, uint32_t vring) { return ports_[i]->backend().vring(vring).ready; }
   uint32_t sent(uint32_t i) const { return sent_[i]; }
   uint32_t got(uint32_t i) const { return got_[i]; }
