@@ -223,14 +223,7 @@ bool Backend::h_set_vring_num(Message& m, Reply& r) {
                                packed ? "a size" : "a power of two", kMaxQueueSize));
   host_->pause_datapath();
   Vring& v = vrings_[i];
-  if (v.num == s.num) {
-    v.park();
-  } else if (v.attached()) {
-    // A ring of another size is a new ring: the old position means nothing in it
-    // (QEMU and DPDK send SET_VRING_BASE after SET_VRING_NUM).
-    v.detach();
-    v.base = v.packed ? kPackedInitialBase : 0;
-  }
+  v.park();  // (in a ring of another size the kept position does not hold: start_base)
   v.num = s.num;
   refresh();
   host_->resume_datapath();
@@ -264,9 +257,8 @@ bool Backend::h_set_vring_base(Message& m, Reply& r) {
   if (!has(features_, kFRingPacked) && s.num > 0xffff)
     return fail(r, fmt::format("split ring base {:#x} over 16 bits", s.num));
   host_->pause_datapath();
-  vrings_[i].base = s.num;
-  vrings_[i].base_set = true;
   vrings_[i].detach();
+  vrings_[i].set_base(s.num);
   refresh();
   host_->resume_datapath();
   return true;
@@ -419,8 +411,8 @@ void Backend::set_queue_log(uint32_t i) {
 
 void Backend::restart_vring(uint32_t i, uint16_t base) {
   if (i >= num_vrings()) return;
-  vrings_[i].base = base;
   vrings_[i].detach();
+  vrings_[i].set_base(base);
   refresh();
 }
 
@@ -445,10 +437,7 @@ void Backend::refresh() {
       continue;
     }
     const bool packed = has(features_, kFRingPacked);
-    if (v.attached() && v.packed != packed) {  // SET_FEATURES changed the layout: a new ring
-      v.detach();
-      v.base = packed ? kPackedInitialBase : 0;
-    }
+    if (v.attached() && v.packed != packed) v.park();  // SET_FEATURES changed the layout: start_base
     v.packed = packed;
     if (!v.attached() && !(packed ? attach_packed(i) : attach_split(i))) {
       v.ready = false;
@@ -492,7 +481,7 @@ bool Backend::attach_split(uint32_t i) {
   }
   auto* u = reinterpret_cast<VringUsed*>(used);
   const uint16_t used_idx = __atomic_load_n(&u->idx, __ATOMIC_ACQUIRE);
-  uint16_t base = static_cast<uint16_t>(v.base);
+  uint16_t base = static_cast<uint16_t>(v.start_base(false, 0));
   if (base != used_idx) {
     // Nothing is in flight when a ring stops, so the used index is where we left off
     // (the same recovery DPDK's vhost library uses after a reconnect).
@@ -523,7 +512,7 @@ bool Backend::attach_packed(uint32_t i) {
     return false;
   }
   // A ring that never had SET_VRING_BASE starts at slot 0 with both wrap counters at 1.
-  const uint32_t base = v.base_set ? v.base : kPackedInitialBase;
+  const uint32_t base = v.start_base(true, kPackedInitialBase);
   if (!PackedDeviceQueue::packed_base_valid(base, num)) {
     v.why_not = "ring base outside the ring";
     VL_LOG_RL(spdlog::level::warn, "{}: packed vring {} base {:#x} outside a ring of {}",

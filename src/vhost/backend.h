@@ -57,6 +57,11 @@ struct Vring {
   /// counters (virtio::PackedRingState).
   uint32_t base = 0;
   bool base_set = false;  ///< SET_VRING_BASE (or GET_VRING_BASE) since the connection began
+  /// `base` is where traffic left the ring (park()), not what the front-end gave: it holds
+  /// only for the size and layout it was taken in (parked_num, parked_packed).
+  bool parked = false;
+  uint32_t parked_num = 0;
+  bool parked_packed = false;
   UniqueFd kick, call, err;
   bool started = false;  ///< a SET_VRING_KICK arrived (fd or polling) and no GET_VRING_BASE since
   bool enabled = false;  ///< SET_VRING_ENABLE state
@@ -74,10 +79,33 @@ struct Vring {
   /// (hostile-inputs.md item 19). Called with the datapath paused: nothing is in flight.
   void park() {
     if (attached()) {
-      base = packed ? pq.vring_base() : q.last_avail();
+      const uint32_t pos = packed ? pq.vring_base() : q.last_avail();
+      // A front-end's SET_VRING_BASE that traffic has not moved past stays the front-end's
+      // (it holds for any size: QEMU may send SET_VRING_NUM after it). Compared on the
+      // avail side, bits 0-15: the used side is not in what front-ends send.
+      if (parked || !base_set || (pos & 0xffff) != (base & 0xffff)) {
+        base = pos;
+        parked = true;
+        parked_num = num;
+        parked_packed = packed;
+      }
       base_set = true;
     }
     detach();
+  }
+  /// The base to attach at, for a ring of `num` entries in layout `as_packed`: the kept or
+  /// given one, or `fresh` (slot 0) when none was given, or when traffic left it in a ring
+  /// of another size or layout (SET_VRING_NUM, SET_FEATURES since: a new ring).
+  uint32_t start_base(bool as_packed, uint32_t fresh) const {
+    if (!base_set) return fresh;
+    if (parked && (parked_num != num || parked_packed != as_packed)) return fresh;
+    return base;
+  }
+  /// SET_VRING_BASE: the front-end says where the ring resumes.
+  void set_base(uint32_t b) {
+    base = b;
+    base_set = true;
+    parked = false;
   }
   /// Takes the queue down forgetting its position: for SET_VRING_BASE (the front-end says
   /// where to resume), a new ring size or layout (the old position means nothing there).

@@ -123,13 +123,14 @@ DeliverStatus deliver_frame_rest(Q& q, SegmentArena& scratch, NetHdr hdr, uint32
                                  const Segment* src, uint32_t nsrc, uint32_t frame_len,
                                  bool mergeable, typename Q::Mark start, const Chain& first) {
   const uint64_t total = uint64_t{hdr_len} + frame_len;
-  // A first chain that can take no frame at all: shorter than the header with mergeable
+  // A first chain that can take no real frame: shorter than the header with mergeable
   // buffers (num_buffers, header bytes 10-11, must be in the first buffer: virtio 1.2
-  // §5.1.6.3.1 asks every buffer to hold the header), or than the header plus an Ethernet
-  // header without them. Posted against the spec; returned unused, so that the queue does
-  // not stall on it and the driver never reads a header split over two buffers
-  // (hostile-inputs.md item 21).
-  if (first.len < (mergeable ? hdr_len : hdr_len + kEthHdrLen)) [[unlikely]] {
+  // §5.1.6.3.1 asks every buffer to hold the header), or than the header plus the shortest
+  // valid Ethernet frame without them (where §5.1.6.3.1 asks for 1526 bytes or more; left
+  // in place, such a chain would make every frame too_big and stall the queue). Returned
+  // unused, so that the queue does not stall on it and the driver never reads a header
+  // split over two buffers (hostile-inputs.md item 21).
+  if (first.len < (mergeable ? hdr_len : hdr_len + kEthZlen)) [[unlikely]] {
     q.push_used(first.head, 0, first.ring_descs);
     return DeliverStatus::kShortBuffer;
   }

@@ -35,9 +35,9 @@ enum class DeliverStatus : uint8_t {
   kNoBuffer,  ///< the driver has not posted enough receive buffers; nothing was consumed
   kTooBig,    ///< without mergeable buffers the frame does not fit the posted buffer
   kBadRing,   ///< a receive chain was malformed: the queue is broken (stop it)
-  /// The next receive chain is too short for any frame (shorter than the header, or than
-  /// the header plus an Ethernet header without mergeable buffers): it was returned to
-  /// the driver with used length 0 and the frame was not delivered.
+  /// The next receive chain is too short for any real frame (shorter than the header, or
+  /// than the header plus kEthZlen without mergeable buffers): it was returned to the
+  /// driver with used length 0 and the frame was not delivered.
   kShortBuffer,
 };
 

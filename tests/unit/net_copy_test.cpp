@@ -328,11 +328,11 @@ TEST_F(NetCopyTest, MergeableFirstChainShorterThanTheHeaderIsReturnedUnused) {
 }
 
 // Without mergeable buffers a chain must hold the header and a whole frame: one shorter
-// than the header plus an Ethernet header can hold none and is returned unused; one that
-// holds some frames but not this one stays for a smaller frame (too big).
+// than the header plus the shortest valid Ethernet frame (60 bytes) can hold no real frame
+// and is returned unused; one that holds some frames but not this one stays (too big).
 TEST_F(NetCopyTest, NonMergeableChainTooShortForAnyFrameIsReturnedUnused) {
   for (uint32_t hdr_len : {10u, 12u}) {
-    for (uint32_t len : {0u, 9u, hdr_len, hdr_len + 13}) {
+    for (uint32_t len : {0u, 9u, hdr_len, hdr_len + 14, hdr_len + 59}) {
       FakeMemory m;
       m.add_region(0x100000, 1 << 20);
       GuestMemory g;
@@ -359,7 +359,7 @@ TEST_F(NetCopyTest, NonMergeableChainTooShortForAnyFrameIsReturnedUnused) {
                 with_net_hdr(want, hdr_len, frame));
     }
   }
-  // hdr_len + 14 bytes holds a 14-byte frame: kept for it when a larger frame comes first.
+  // hdr_len + 60 bytes holds a minimum frame: kept for one when a larger frame comes first.
   FakeMemory m;
   m.add_region(0x100000, 1 << 20);
   GuestMemory g;
@@ -367,10 +367,10 @@ TEST_F(NetCopyTest, NonMergeableChainTooShortForAnyFrameIsReturnedUnused) {
   ASSERT_TRUE(m.build(g));
   SplitDeviceQueue q;
   ring.attach(q, g, kFeatures);
-  ring.add_rx({12 + 14});
-  const auto frame = make_frame(60);
-  Segment seg{const_cast<uint8_t*>(frame.data()), 60};
-  EXPECT_EQ(deliver_frame(q, *scratch, NetHdr{}, 12, &seg, 1, 60, false), DeliverStatus::kTooBig);
+  ring.add_rx({12 + 60});
+  const auto frame = make_frame(100);
+  Segment seg{const_cast<uint8_t*>(frame.data()), 100};
+  EXPECT_EQ(deliver_frame(q, *scratch, NetHdr{}, 12, &seg, 1, 100, false), DeliverStatus::kTooBig);
   EXPECT_EQ(q.last_avail(), 0u);
 }
 

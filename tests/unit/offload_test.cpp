@@ -648,7 +648,9 @@ class AttackOffloadHdr : public OffloadDeliverTest, public ::testing::WithParamI
       std::memcpy(&h, b.data(), c.hdr_len);
       Bytes frame(b.begin() + c.hdr_len, b.end());
       const uint16_t nb = c.hdr_len == 12 ? h.num_buffers : 1;
-      if (c.hdr_len == 12) EXPECT_GE(nb, 1);
+      if (c.hdr_len == 12) {
+        EXPECT_GE(nb, 1);
+      }
       for (uint16_t k = 1; k < nb; ++k) {
         auto m = rx->next_used();
         if (!m) { ADD_FAILURE() << "missing merged buffer"; break; }

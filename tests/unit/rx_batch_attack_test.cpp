@@ -88,7 +88,7 @@ struct Model {
       return;
     }
     // Too short for any frame (hostile-inputs.md item 21): returned unused, frame dropped.
-    if (c.total() < (mrg ? 12u : 12u + 14u)) {
+    if (c.total() < (mrg ? 12u : 12u + 60u)) {
       used.push_back({c.id, 0});
       pending.pop_front();
       ++short_buf;
