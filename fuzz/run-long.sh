@@ -16,7 +16,8 @@
 # fuzz-0.log (this run's output: -jobs=1 runs the fuzzer in one child whose output goes
 # there), crash-*/leak-*/timeout-*/oom-* (artifacts of this run or earlier ones).
 # Run it under `nice -n 19` on a shared machine. Each target runs with -jobs=1
-# -rss_limit_mb=2048 -timeout=10 -print_final_stats=1, as under ctest.
+# -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 and its fuzz/<target>.dict if it has
+# one, as under ctest.
 #
 # Table columns, per target: seconds asked; executions (stat::number_of_executed_units);
 # exec/s (stat::average_exec_per_sec); hours 10^7 executions take at that rate; cov and ft
@@ -64,6 +65,7 @@ stat_of() {  # the value of stat::$2 in log $1, or "?"
 }
 
 rows=()
+commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')  # at the start
 started=$(date -u '+%Y-%m-%d %H:%M:%S UTC')
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for t in $targets; do
@@ -73,12 +75,14 @@ for t in $targets; do
   mkdir -p "$dir/corpus"
   dirs=("$dir/corpus" "$root/fuzz/corpus/$t")
   [[ -d "$root/fuzz/regressions/$t" ]] && dirs+=("$root/fuzz/regressions/$t")
+  dict=()  # the target's dictionary of protocol words, as under ctest
+  [[ -f "$root/fuzz/$t.dict" ]] && dict=(-dict="$root/fuzz/$t.dict")
   before=$(find "$dir" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | sort)
   rm -f "$dir/fuzz-0.log"
   echo "== $t: ${seconds} s, corpus $dir/corpus ($(date -u +%H:%M:%S))"
   # libFuzzer exits non-zero on a crash; the row records it and the next target runs.
   (cd "$dir" && "$exe" -jobs=1 -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
-     -print_final_stats=1 -artifact_prefix="$dir/" "${dirs[@]}" >/dev/null 2>&1) || true
+     -print_final_stats=1 "${dict[@]}" -artifact_prefix="$dir/" "${dirs[@]}" >/dev/null 2>&1) || true
   log=$dir/fuzz-0.log
   [[ -f "$log" ]] || { echo "run-long.sh: $t wrote no $log" >&2; exit 1; }
   execs=$(stat_of "$log" number_of_executed_units)
@@ -101,7 +105,7 @@ done
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 {
   echo "Long fuzzing run: \`fuzz/run-long.sh --seconds $seconds --targets \"$targets\"\`"
-  echo "at $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), build $build,"
+  echo "at $commit, build $build,"
   echo "started $started, ended $(date -u '+%Y-%m-%d %H:%M:%S UTC'); load average"
   echo "$load_start at the start, $load_end at the end, $(nproc) CPUs; nice $(nice)."
   echo
