@@ -16,9 +16,10 @@
 // Oracle, per request:
 //  - one reply line, a JSON object of exactly {"ok": true, "result": ...} or
 //    {"ok": false, "error": non-empty string} (INTERFACES.md, architecture.md);
-//  - an error for anything malformed: not JSON, not an object, no string cmd, args not an
-//    object, nesting over 16 (and "nested too deeply" only then), an unknown command, argv
-//    not an array of strings of the row's count;
+//  - an error for anything malformed: not JSON (a NUL byte anywhere included: the parser
+//    would stop there), not an object, no string cmd, args not an object, nesting over 16
+//    (and "nested too deeply" only then), an unknown command, argv not an array of strings
+//    of the row's count;
 //  - for a well-formed request, the outcome a model of the switch predicts: which
 //    arguments each command accepts (port names, "all", flush policies, link pairs) and the
 //    result's shape (version's text, three ports in stats and ports, one PMD thread, the
@@ -284,6 +285,10 @@ void request(const std::string& bytes, const std::string& line, Model* m) {
   g_request = bytes;
   const Reply r = parse_reply(exchange(bytes));
   if (h->server.pending() != 0) die("a connection is left pending after its reply", r.text);
+  if (line.find('\0') != std::string::npos) {  // never JSON (nlohmann's parser stops there)
+    expect_error(r, "malformed request", "a request with a NUL byte");
+    return;
+  }
   const Json req = Json::parse(line, nullptr, false);
   if (!r.ok && r.error == "request nested too deeply") {
     if (!req.is_discarded() && depth_of(req) <= kMaxDepth) die("refused as too deep, but is not", r.text);
