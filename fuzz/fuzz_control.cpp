@@ -31,6 +31,7 @@
 // are independent.
 // Sanitizers: ASan (with leak checks), UBSan.
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -39,6 +40,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
@@ -337,14 +339,35 @@ void own(const std::string& cmd, const std::vector<std::string>& argv, Model* m)
   request(line + "\n", line, m);
 }
 
+constexpr const char* kDirPrefix = "vl-fuzz-control-";  // /tmp/vl-fuzz-control-PID
+
+/// Removes the socket directories (/tmp/vl-fuzz-control-PID) of earlier runs whose process
+/// is gone: a run that crashes, or each child of -minimize_crash, ends without atexit.
+void remove_stale_dirs() {
+  namespace fs = std::filesystem;
+  try {
+    for (const fs::directory_entry& e : fs::directory_iterator("/tmp")) {
+      const std::string name = e.path().filename().string();
+      if (!starts(name, kDirPrefix)) continue;
+      const std::string pid = name.substr(std::strlen(kDirPrefix));
+      if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      if (fs::exists("/proc/" + pid)) continue;
+      std::error_code ec;
+      fs::remove_all(e.path(), ec);
+    }
+  } catch (const fs::filesystem_error&) {  // /tmp unreadable: nothing to clean
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   if (!getenv("VL_FUZZ_VERBOSE")) spdlog::set_level(spdlog::level::off);
   h = new Harness;
-  char tmpl[] = "/tmp/vl-fuzz-control-XXXXXX";
-  if (!mkdtemp(tmpl)) die("mkdtemp");
-  h->dir = tmpl;
+  remove_stale_dirs();
+  h->dir = std::string("/tmp/") + kDirPrefix + std::to_string(getpid());
+  std::filesystem::remove_all(h->dir);  // a dead process's of the same pid
+  if (mkdir(h->dir.c_str(), 0700) != 0) die("mkdir " + h->dir + ": " + strerror(errno));
   app::SwitchConfig cfg;
   for (const char* n : kPorts) {
     port::VhostPortConfig p;
@@ -364,7 +387,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   if (!app::add_ctl_commands(*h->sw, &h->server, &err)) die("add_ctl_commands: " + err);
   h->addr.sun_family = AF_UNIX;
   std::snprintf(h->addr.sun_path, sizeof h->addr.sun_path, "%s", cfg.control_path.c_str());
-  // The socket and its directory go when the process ends (libFuzzer exits via exit()).
+  // The socket and its directory go when the process exits normally (otherwise the next
+  // run's remove_stale_dirs() takes them).
   std::atexit([] {
     h->server.close();
     rmdir(h->dir.c_str());
