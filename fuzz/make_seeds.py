@@ -3,6 +3,7 @@
 input format). Each seed is a small, valid program in the target's input format (see the
 comment at the top of each fuzz_*.cpp): the fuzzer starts from deep states (rings set up,
 frames flowing) instead of having to discover the vhost-user handshake byte by byte."""
+import json
 import os
 import struct
 
@@ -315,7 +316,59 @@ def offload_seeds():
     offload_seed("plain", 0, 0, 1, 1600, f, 0, 0, 0, 0, 0, 0)
 
 
+# ----------------------------------------------------------------------------------- control
+def req(cmd, *argv, args=None):
+    """One control request line: {"cmd": cmd, "args": {"argv": [...]}} (args as given if set)."""
+    if args is None:
+        args = {"argv": list(argv)} if argv else {}
+    return json.dumps({"cmd": cmd, "args": args}, separators=(",", ":")).encode() + b"\n"
+
+
+def control_seeds():
+    """fuzz_control: lines of requests, each on its own connection, against ports a, b, c.
+    One seed per command of src/control/command_table.cpp, with valid and invalid arguments,
+    then sequences whose state the next requests read, then malformed requests."""
+    bad_count = [req("stats", "x"), req("version", "1", "2")]
+    seeds = {
+        "stats": [req("stats"), req("stats", args={}), req("stats", args={"argv": []})] + bad_count,
+        "ports": [req("ports"), req("ports", "a"), req("ports", args={"argv": None})],
+        "fdb": [req("fdb"), req("fdb", "a"), req("fdb", "all"), req("fdb", "b", "all"),
+                req("fdb", "all", "all"), req("fdb", "zz"), req("fdb", "a", "b"),
+                req("fdb", "a", "all", "x"), req("fdb", args={"argv": [1]}),
+                req("fdb", args={"argv": "a"})],
+        "pmd_stats": [req("pmd-stats"), req("pmd-stats", "0")],
+        "pmd_rxq_show": [req("pmd-rxq-show"), req("pmd-rxq-show", args={"argv": {}})],
+        "pmd_rebalance": [req("pmd-rebalance"), req("pmd-rxq-show"), req("pmd-rebalance", "now")],
+        "set_flush": [req("set-flush", "a", "immediate"), req("set-flush", "all", "interval=30"),
+                      req("set-flush", "b", "budget=5"), req("set-flush", "c", "rx-batch"),
+                      req("stats"), req("set-flush", "a", "budget=0"),
+                      req("set-flush", "a", "interval=1000001"), req("set-flush", "a", "interval="),
+                      req("set-flush", "a", "interval=+5"), req("set-flush", "zz", "immediate"),
+                      req("set-flush", "b"), req("set-flush", "a", "immediate", "x"),
+                      req("set-flush", args={"argv": ["a", 5]}), req("stats")],
+        "links": [req("links"), req("links", "a")],
+        "link": [req("link", "a", "b"), req("link", "a", "b"), req("link", "b", "a"),
+                 req("link", "a", "c"), req("link", "c", "c"), req("link", "zz", "a"),
+                 req("link", "a"), req("links"), req("stats"), req("ports")],
+        "unlink": [req("link", "a", "b"), req("link", "c", "b"), req("unlink", "b", "a"),
+                   req("unlink", "a", "b"), req("unlink", "a", "b"), req("link", "c", "a"),
+                   req("links"), req("unlink", "c"), req("unlink", "zz", "a")],
+        "version": [req("version"), req("version", "x")],
+    }
+    for name, lines in seeds.items():
+        write("fuzz_control", name, b"".join(lines))
+    deep = b'{"cmd":"stats","args":{"argv":' + b"[" * 20 + b"]" * 20 + b"}}\n"
+    write("fuzz_control", "malformed", b"".join([
+        b"\n", b"not json\n", b"[]\n", b"42\n", b'"stats"\n', b"{}\n", b'{"cmd":5}\n',
+        b'{"cmd":null,"args":{}}\n', b'{"cmd":"stats","args":[]}\n', b'{"cmd":"stats","args":"x"}\n',
+        b'{"cmd":"stat"}\n', b'{"cmd":"STATS"}\n', b'{"cmd":"stats\\u0000"}\n', deep,
+        b'{"cmd":"stats","args":{"argv":["\\ud800"]}}\n', b'{"cmd":"fdb","args":{"argv":["\xff"]}}\n',
+        b'{"cmd":"version","cmd":"stats"}\n', b'{"cmd":"version"} trailing\n',
+        b'{"cmd":"version"}']))  # the last line without its newline: answered at EOF
+
+
 if __name__ == "__main__":
+    control_seeds()
     offload_seeds()
     backend_seeds()
     queue_seeds()

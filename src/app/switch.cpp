@@ -29,9 +29,14 @@ Switch::~Switch() { teardown(); }
 
 SwitchView Switch::view() const { return {cfg_, tables_, fdb_, *pmds_, ports_, links_}; }
 
-bool Switch::setup(std::string* err) {
+void Switch::prepare() {
+  if (pmds_) return;  // done
   add_ports();
   set_flush_policies();
+}
+
+bool Switch::setup(std::string* err) {
+  prepare();
   open_event_fds();
   const std::string ctl_path =
       cfg_.control_path.empty() ? control::default_control_path() : cfg_.control_path;

@@ -28,6 +28,12 @@ class Switch {
 
   /// Runs until SIGINT/SIGTERM (or stop()). Returns the process exit code.
   int run();
+  /// The state the control commands act on, without sockets or threads: the ports (not
+  /// started), the tables, the PMD set (its threads not started) and the flush policies,
+  /// the first steps of run()'s set-up (run() does them once, prepared or not). For a
+  /// caller that serves the commands itself (add_ctl_commands on its own ControlServer, as
+  /// fuzz/fuzz_control.cpp does) without a running datapath.
+  void prepare();
   void stop() { stop_.store(true); }
 
   // What the control commands (app/ctl_commands.h) ask of the switch, on the control thread.

@@ -214,7 +214,17 @@ void ControlServer::on_ready() {
 }
 
 void ControlServer::answer(int fd, const std::string& line) {
+  static const Json kMalformed = {
+      {"ok", false}, {"error", "malformed request (an object with a string cmd and an object args)"}};
   Json reply;
+  // A raw NUL byte is never part of a JSON text, but nlohmann-json's parser takes it for the
+  // end of its input: `{"cmd": ...}\0junk` would be served, and the depth check (which reads
+  // the whole line) and the parser would disagree on what the request is (fuzz_control,
+  // regressions/fuzz_control/nul_byte_ends_parse_not_depth_check).
+  if (line.find('\0') != std::string::npos) {
+    write_all(fd, kMalformed.dump() + "\n");
+    return;
+  }
   if (json_depth(line) > kMaxDepth) {
     write_all(fd, Json{{"ok", false}, {"error", "request nested too deeply"}}.dump() + "\n");
     return;
@@ -225,8 +235,7 @@ void ControlServer::answer(int fd, const std::string& line) {
   if (req.is_object() && req.contains("args")) args = &req["args"];
   if (req.is_discarded() || !req.is_object() || !req.contains("cmd") || !req["cmd"].is_string() ||
       !args->is_object()) {
-    reply = {{"ok", false}, {"error", "malformed request (an object with a string cmd and "
-                                      "an object args)"}};
+    reply = kMalformed;
   } else {
     const std::string cmd = req["cmd"];
     auto it = handlers_.find(cmd);

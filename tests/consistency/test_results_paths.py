@@ -21,10 +21,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 RESULTS = os.path.join(ROOT, "bench", "results")
 # `bench/results/` then anything up to a space, quote, backtick or closing bracket.
 FULL_PATH = re.compile(r"bench/results/[^\s`'\")\]<>|]*")
-# The benches' result names (bench/results/README.md "Latest run per bench").
+# The benches' result names (bench/results/README.md "Latest run per bench"; fuzz-:
+# fuzz/run-long.sh).
 RESULT_NAME = re.compile(r"(history/\d{4}-\d{2}-\d{2}/)?"
                          r"(p2p|pvp|pvvp|loopback|chain|batching|ping|tcp|soak|instructions|"
-                         r"mq|fdb|driver|issue15)-[A-Za-z0-9{},*._-]*")
+                         r"mq|fdb|driver|issue15|fuzz)-[A-Za-z0-9{},*._-]*")
 
 
 def expand(name):

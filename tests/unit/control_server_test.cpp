@@ -161,6 +161,33 @@ TEST_F(ControlServerTest, MalformedAndUnknown) {
   close(b);
 }
 
+// A NUL byte anywhere in the line makes it malformed: nlohmann-json's parser stops at one,
+// so a request followed by "\0" and junk was served, and a line the depth check refused for
+// brackets after the NUL parsed as a scalar (fuzz_control,
+// fuzz/regressions/fuzz_control/nul_byte_ends_parse_not_depth_check).
+TEST_F(ControlServerTest, NulByteMakesARequestMalformed) {
+  int calls = 0;
+  server.add("count", [&calls](const Json&, Json* r, std::string*) {
+    *r = ++calls;
+    return true;
+  });
+  for (const std::string& line : {std::string(R"({"cmd":"count","args":{}})") + '\0' + "junk",
+                                  std::string(R"({"cmd":"count"})") + '\0',
+                                  std::string("\"\"") + '\0' + std::string(17, '[')}) {
+    const int s = connect_client();
+    send_str(s, line + "\n");
+    const Json r = Json::parse(read_reply(s));
+    EXPECT_FALSE(r["ok"].get<bool>());
+    EXPECT_EQ(r["error"], "malformed request (an object with a string cmd and an object args)");
+    close(s);
+  }
+  EXPECT_EQ(calls, 0);
+  const int s = connect_client();
+  send_str(s, R"({"cmd":"count","args":{}})" "\n");  // the same request without the NUL
+  EXPECT_EQ(Json::parse(read_reply(s))["result"], 1);
+  close(s);
+}
+
 // A command of the table (command_table.h): its arguments are checked against its row
 // before the handler runs, once for every command; the handler gets them as strings.
 TEST_F(ControlServerTest, TableCommandArgumentsCheckedBeforeItsHandler) {

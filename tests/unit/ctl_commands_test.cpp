@@ -5,8 +5,10 @@
 #include "app/ctl_commands.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <set>
@@ -82,6 +84,61 @@ TEST(CtlCommandTable, ArgumentCountAndTypesFromTheRow) {
   EXPECT_FALSE(control::check_args(*control::find_command("stats"), {{"argv", {"x"}}}, &argv, &err));
   EXPECT_EQ(err, "usage: stats (takes no arguments)");
   EXPECT_EQ(control::find_command("stat"), nullptr);
+}
+
+// Switch::prepare(): the state the commands act on without run(): a control server of the
+// caller's own serves them (fuzz/fuzz_control.cpp does so), and nothing is started: no
+// port socket, no PMD thread (pmd-rebalance does not wait for one).
+TEST(CtlCommandTable, PreparedSwitchServesCommandsWithoutRunning) {
+  const std::string dir = ::testing::TempDir() + "vl-ctl-prep-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  SwitchConfig cfg;
+  for (const char* n : {"a", "b"}) {
+    port::VhostPortConfig p;
+    p.name = n;
+    p.path = dir + "/" + n + ".sock";
+    cfg.ports.push_back(p);
+  }
+  cfg.port_flush["b"] = "immediate";
+  Switch sw{cfg};
+  sw.prepare();
+  sw.prepare();  // once only: still two ports
+  control::ControlServer server;
+  std::string err;
+  ASSERT_TRUE(server.listen(dir + "/ctl", &err)) << err;
+  ASSERT_TRUE(add_ctl_commands(sw, &server, &err)) << err;
+  std::atomic<bool> stop{false};
+  std::thread loop([&] {
+    while (!stop.load()) {
+      pollfd p{server.fd(), POLLIN, 0};
+      if (poll(&p, 1, 20) > 0) server.on_ready();
+    }
+  });
+  Json r;
+  ASSERT_TRUE(control::request(dir + "/ctl", "stats", Json::object(), &r, &err)) << err;
+  ASSERT_EQ(r["ports"].size(), 2u);
+  EXPECT_EQ(r["ports"][0]["flush"], "rx-batch");
+  EXPECT_EQ(r["ports"][1]["flush"], "immediate");
+  EXPECT_EQ(r["ports"][0]["state"], "waiting");  // not started: not listening either
+  ASSERT_TRUE(control::request(dir + "/ctl", "set-flush", {{"argv", {"all", "budget=7"}}}, &r, &err))
+      << err;
+  ASSERT_TRUE(control::request(dir + "/ctl", "stats", Json::object(), &r, &err)) << err;
+  EXPECT_EQ(r["ports"][0]["flush"], "budget=7");
+  EXPECT_EQ(r["ports"][1]["flush"], "budget=7");
+  ASSERT_TRUE(control::request(dir + "/ctl", "pmd-rebalance", Json::object(), &r, &err)) << err;
+  ASSERT_EQ(r["pmds"].size(), 1u);
+  EXPECT_EQ(r["pmds"][0]["rxqs"], Json::array());  // no queue is ready
+  ASSERT_TRUE(control::request(dir + "/ctl", "link", {{"argv", {"a", "b"}}}, &r, &err)) << err;
+  EXPECT_EQ(r["state"], "switched");  // B's front-end is not there to take A's rings
+  ASSERT_TRUE(control::request(dir + "/ctl", "unlink", {{"argv", {"a", "b"}}}, &r, &err)) << err;
+  ASSERT_TRUE(control::request(dir + "/ctl", "links", Json::object(), &r, &err)) << err;
+  EXPECT_EQ(r, Json::array());
+  stop.store(true);
+  loop.join();
+  server.close();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/a.sock"));  // the ports never listened
+  EXPECT_FALSE(std::filesystem::exists(dir + "/b.sock"));
+  std::filesystem::remove_all(dir);
 }
 
 /// A switch with ports a and b (nothing connects to them) running on its own thread, and

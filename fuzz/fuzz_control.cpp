@@ -1,0 +1,431 @@
+// Fuzz target: the control socket's requests (docs/architecture.md "Control socket"), through
+// the switch's own serving code: a control::ControlServer listening on a Unix socket, with
+// every command of control/command_table.h added by app::add_ctl_commands for a real
+// app::Switch of three ports (a, b, c; bridge mode; 64 MAC table buckets; not started: Switch::prepare(), so no
+// vhost-user sockets and no running PMD thread). Each request is sent on its own connection
+// and answered by ControlServer::on_ready(): read (line framing, answer at EOF), depth
+// limit, JSON parse, request shape, the row's argument check, the handler, the reply's dump.
+//
+// Input: bytes (the first kMaxInput of them, so no line reaches the server's 64 KiB limit),
+// cut at '\n' into request lines (at most kMaxRequests; the rest is ignored).
+// Each line is sent with its '\n'; a last line without one is sent and the connection's
+// write side shut (the server answers what it got at EOF); an empty last piece is not sent.
+// make_seeds.py writes seeds of every command with valid and invalid arguments and
+// fuzz_control.dict gives libFuzzer the protocol's words.
+//
+// Oracle, per request:
+//  - one reply line, a JSON object of exactly {"ok": true, "result": ...} or
+//    {"ok": false, "error": non-empty string} (INTERFACES.md, architecture.md);
+//  - an error for anything malformed: not JSON (a NUL byte anywhere included: the parser
+//    would stop there), not an object, no string cmd, args not an object, nesting over 16
+//    (and "nested too deeply" only then), an unknown command, argv not an array of strings
+//    of the row's count;
+//  - for a well-formed request, the outcome a model of the switch predicts: which
+//    arguments each command accepts (port names, "all", flush policies, link pairs) and the
+//    result's shape (version's text, three ports in stats and ports, one PMD thread, the
+//    links the model holds, set-flush's port and policy).
+// No connection is left pending after a reply. After every input that named a command that
+// changes state (set-flush, link, unlink, pmd-rebalance; valid or not): `stats` answers with
+// each port's flush policy as the model has it, `links` with the model's links; then the
+// input's links are unlinked and the flush policies reset (through the socket), so inputs
+// are independent.
+// Sanitizers: ASan (with leak checks), UBSan.
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "app/ctl_commands.h"
+#include "app/switch.h"
+#include "control/command_table.h"
+#include "control/control_server.h"
+#include "dp/flush.h"
+#include "util/fd.h"
+#include "virtlink_version.h"
+
+using namespace vl;
+using control::Json;
+
+namespace {
+
+constexpr size_t kMaxRequests = 64;  // request lines per input
+constexpr size_t kMaxInput = 32 << 10;  // bytes of an input used
+constexpr const char* kPorts[] = {"a", "b", "c"};
+constexpr size_t kNumPorts = 3;
+constexpr size_t kMaxDepth = 16;  // control_server.cpp: deeper requests are refused
+const std::string kDefaultFlush = "rx-batch";
+
+std::string g_request;  // the request being checked, for die()
+
+[[noreturn]] void die(const std::string& what, const std::string& reply = "") {
+  std::fprintf(stderr, "fuzz_control: %s\n  request: %s\n  reply: %s\n", what.c_str(),
+               Json(g_request).dump(-1, ' ', true, Json::error_handler_t::replace).c_str(),
+               reply.c_str());
+  std::abort();
+}
+
+struct Harness {
+  std::string dir;
+  std::unique_ptr<app::Switch> sw;
+  control::ControlServer server;
+  sockaddr_un addr{};
+};
+Harness* h = nullptr;
+
+/// What the switch should hold: the model the replies are checked against.
+struct Model {
+  std::string flush[kNumPorts];
+  std::vector<std::pair<std::string, std::string>> links;  // in the order linked
+  bool touched = false;  // a request named a command that changes state (set-flush, ...)
+  Model() {
+    for (std::string& f : flush) f = kDefaultFlush;
+  }
+};
+
+int port_of(const std::string& name) {
+  for (size_t i = 0; i < kNumPorts; ++i)
+    if (name == kPorts[i]) return static_cast<int>(i);
+  return -1;
+}
+
+/// Sends `bytes` on a new connection (then shuts its write side) and serves it; returns the
+/// reply the server wrote (all of it, up to its close).
+std::string exchange(const std::string& bytes) {
+  UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s.valid() || connect(s.get(), reinterpret_cast<sockaddr*>(&h->addr), sizeof h->addr) != 0)
+    die(std::string("connect: ") + strerror(errno));
+  size_t off = 0;
+  while (off < bytes.size()) {
+    const ssize_t n = send(s.get(), bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) die(std::string("send: ") + strerror(errno));
+    off += static_cast<size_t>(n);
+  }
+  shutdown(s.get(), SHUT_WR);
+  std::string reply;
+  // One on_ready() accepts, the next reads and answers; a few more are slack.
+  for (int round = 0; round < 8; ++round) {
+    h->server.on_ready();
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = recv(s.get(), buf, sizeof buf, MSG_DONTWAIT);
+      if (n > 0) {
+        reply.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (n == 0) return reply;  // the server closed: its reply is complete
+      break;                     // EAGAIN: not answered yet
+    }
+  }
+  die("no reply (the server neither answered nor closed)", reply);
+}
+
+/// Depth of a parsed value: 0 for a scalar, 1 for [] or {}, ...
+size_t depth_of(const Json& j) {
+  if (!j.is_structured()) return 0;
+  size_t d = 0;
+  for (const Json& e : j) d = std::max(d, depth_of(e));
+  return d + 1;
+}
+
+struct Reply {
+  bool ok;
+  Json result;
+  std::string error;
+  std::string text;
+};
+
+/// Checks the reply's framing and shape (exactly ok+result or ok+error).
+Reply parse_reply(const std::string& text) {
+  if (text.empty() || text.back() != '\n' || text.find('\n') != text.size() - 1)
+    die("the reply is not one line", text);
+  const Json r = Json::parse(text.substr(0, text.size() - 1), nullptr, false);
+  if (r.is_discarded() || !r.is_object() || r.size() != 2 || !r.contains("ok") ||
+      !r["ok"].is_boolean())
+    die("the reply is not {ok, result} or {ok, error}", text);
+  Reply out{r["ok"].get<bool>(), {}, {}, text};
+  if (out.ok) {
+    if (!r.contains("result")) die("an ok reply without result", text);
+    out.result = r["result"];
+  } else {
+    if (!r.contains("error") || !r["error"].is_string() || r["error"].get<std::string>().empty())
+      die("an error reply without an error text", text);
+    out.error = r["error"].get<std::string>();
+  }
+  return out;
+}
+
+bool starts(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+void expect_error(const Reply& r, const char* prefix, const char* why) {
+  if (r.ok) die(std::string("accepted ") + why, r.text);
+  if (!starts(r.error, prefix)) die(std::string(why) + ": the error does not start with '" + prefix + "'", r.text);
+}
+
+void check_stats(const Reply& r, const Model& m) {
+  if (!r.ok) die("stats failed", r.text);
+  const Json& p = r.result.contains("ports") ? r.result["ports"] : Json();
+  if (!p.is_array() || p.size() != kNumPorts) die("stats: not three ports", r.text);
+  for (size_t i = 0; i < kNumPorts; ++i) {
+    if (p[i].value("name", "") != kPorts[i]) die("stats: port names or order changed", r.text);
+    if (p[i].value("flush", "") != m.flush[i]) die("stats: a flush policy is not the one set", r.text);
+  }
+}
+
+void check_links(const Reply& r, const Model& m) {
+  if (!r.ok || !r.result.is_array() || r.result.size() != m.links.size())
+    die("links: not the links made", r.text);
+  for (size_t i = 0; i < m.links.size(); ++i) {
+    if (r.result[i].value("a", "") != m.links[i].first || r.result[i].value("b", "") != m.links[i].second)
+      die("links: not the links made", r.text);
+  }
+}
+
+void check_pmd_rxq(const Reply& r) {
+  if (!r.ok || !r.result.is_object() || !r.result.contains("assign") ||
+      !r.result["assign"].is_string() || !r.result.contains("pmds") ||
+      !r.result["pmds"].is_array() || r.result["pmds"].size() != 1 ||
+      !r.result.contains("reassignments"))
+    die("pmd-rxq-show: not {assign, reassignments, pmds: [one thread]}", r.text);
+}
+
+/// Checks the reply to a well-formed request of `cmd` with `argv` against the model, and
+/// updates the model by what the command did.
+void check_command(const std::string& cmd, const std::vector<std::string>& argv, const Reply& r,
+                   Model* m) {
+  if (cmd == "version") {
+    if (!r.ok || r.result != Json({{"version", VIRTLINK_VERSION}})) die("version: wrong reply", r.text);
+  } else if (cmd == "stats") {
+    check_stats(r, *m);
+  } else if (cmd == "ports") {
+    if (!r.ok || !r.result.is_array() || r.result.size() != kNumPorts) die("ports: not three ports", r.text);
+    for (size_t i = 0; i < kNumPorts; ++i)
+      if (r.result[i].value("name", "") != kPorts[i] || r.result[i].value("id", -1) != static_cast<int>(i))
+        die("ports: names or ids changed", r.text);
+  } else if (cmd == "fdb") {
+    int named = 0;
+    bool unknown = false;
+    for (const std::string& w : argv) {
+      if (w == "all") continue;
+      if (port_of(w) < 0) unknown = true;
+      ++named;
+    }
+    if (unknown) expect_error(r, "no port named '", "fdb of an unknown port");
+    else if (named > 1) expect_error(r, "usage: fdb", "fdb of two ports");
+    else if (!r.ok || r.result != Json::array()) die("fdb: not the (empty) table", r.text);
+  } else if (cmd == "pmd-stats") {
+    if (!r.ok || !r.result.is_array() || r.result.size() != 1 || r.result[0].value("pmd", -1) != 0)
+      die("pmd-stats: not one thread", r.text);
+  } else if (cmd == "pmd-rxq-show" || cmd == "pmd-rebalance") {
+    check_pmd_rxq(r);
+  } else if (cmd == "set-flush") {
+    std::string perr;
+    const auto p = dp::parse_flush_policy(argv[1], &perr);
+    const int port = port_of(argv[0]);
+    if (!p) {
+      expect_error(r, "flush policy '", "a bad flush policy");
+    } else if (argv[0] != "all" && port < 0) {
+      expect_error(r, "no port named '", "set-flush of an unknown port");
+    } else {
+      const std::string name = dp::flush_policy_name(*p);
+      if (!r.ok || r.result != Json({{"port", argv[0]}, {"flush", name}}))
+        die("set-flush: wrong reply", r.text);
+      for (size_t i = 0; i < kNumPorts; ++i)
+        if (port < 0 || static_cast<size_t>(port) == i) m->flush[i] = name;
+    }
+  } else if (cmd == "links") {
+    check_links(r, *m);
+  } else if (cmd == "link") {
+    const std::string &a = argv[0], &b = argv[1];
+    bool same = false, busy = false;
+    for (const auto& [la, lb] : m->links) {
+      if (la == a && lb == b) same = true;
+      else if (la == a || lb == a || la == b || lb == b) busy = true;
+    }
+    if (port_of(a) < 0 || port_of(b) < 0) {
+      expect_error(r, "no port named '", "a link of an unknown port");
+    } else if (a == b) {
+      expect_error(r, "a port cannot be linked to itself", "a port linked to itself");
+    } else if (!same && busy) {
+      expect_error(r, "port '", "a link of a port already in one");
+    } else {
+      if (!r.ok || r.result.value("a", "") != a || r.result.value("b", "") != b ||
+          !r.result.contains("state"))
+        die("link: wrong reply", r.text);
+      if (!same) m->links.emplace_back(a, b);
+    }
+  } else if (cmd == "unlink") {
+    size_t i = 0;
+    while (i < m->links.size() && m->links[i] != std::make_pair(argv[0], argv[1])) ++i;
+    if (i == m->links.size()) {
+      expect_error(r, "no link ", "unlink of a link not made");
+    } else {
+      if (!r.ok || r.result.value("a", "") != argv[0] || r.result.value("b", "") != argv[1])
+        die("unlink: wrong reply", r.text);
+      m->links.erase(m->links.begin() + static_cast<long>(i));
+    }
+  } else {
+    die("a command of the table this harness does not know: " + cmd, r.text);
+  }
+}
+
+/// Sends one request (its bytes as sent, `line` the request line the server sees) and
+/// checks the reply.
+void request(const std::string& bytes, const std::string& line, Model* m) {
+  g_request = bytes;
+  const Reply r = parse_reply(exchange(bytes));
+  if (h->server.pending() != 0) die("a connection is left pending after its reply", r.text);
+  if (line.find('\0') != std::string::npos) {  // never JSON (nlohmann's parser stops there)
+    expect_error(r, "malformed request", "a request with a NUL byte");
+    return;
+  }
+  const Json req = Json::parse(line, nullptr, false);
+  if (!r.ok && r.error == "request nested too deeply") {
+    if (!req.is_discarded() && depth_of(req) <= kMaxDepth) die("refused as too deep, but is not", r.text);
+    return;
+  }
+  if (!req.is_discarded() && depth_of(req) > kMaxDepth) die("a request nested too deeply was served", r.text);
+  if (req.is_discarded() || !req.is_object() || !req.contains("cmd") || !req["cmd"].is_string() ||
+      (req.contains("args") && !req["args"].is_object())) {
+    expect_error(r, "malformed request", "a malformed request");
+    return;
+  }
+  const std::string cmd = req["cmd"].get<std::string>();
+  const control::CommandSpec* spec = control::find_command(cmd);
+  if (cmd == "set-flush" || cmd == "link" || cmd == "unlink" || cmd == "pmd-rebalance")
+    m->touched = true;
+  if (!spec) {
+    expect_error(r, "unknown command '", "an unknown command");
+    return;
+  }
+  const Json args = req.value("args", Json::object());
+  const Json argv = args.contains("argv") ? args["argv"] : Json::array();
+  bool strings = argv.is_array();
+  std::vector<std::string> words;
+  if (strings) {
+    for (const Json& w : argv) {
+      if (!w.is_string()) strings = false;
+      else words.push_back(w.get<std::string>());
+    }
+  }
+  if (!strings || words.size() < spec->min_args || words.size() > spec->max_args) {
+    if (r.ok || r.error != control::usage_error(*spec)) die("arguments that do not fit the row: not its usage error", r.text);
+    return;
+  }
+  check_command(cmd, words, r, m);
+}
+
+std::string line_of(const std::string& cmd, const std::vector<std::string>& argv) {
+  Json args = Json::object();
+  if (!argv.empty()) args["argv"] = argv;
+  return Json{{"cmd", cmd}, {"args", args}}.dump();
+}
+
+/// A request of the harness's own (consistency checks and the reset).
+void own(const std::string& cmd, const std::vector<std::string>& argv, Model* m) {
+  const std::string line = line_of(cmd, argv);
+  request(line + "\n", line, m);
+}
+
+constexpr const char* kDirPrefix = "vl-fuzz-control-";  // /tmp/vl-fuzz-control-PID
+
+/// Removes the socket directories (/tmp/vl-fuzz-control-PID) of earlier runs whose process
+/// is gone: a run that crashes, or each child of -minimize_crash, ends without atexit.
+void remove_stale_dirs() {
+  namespace fs = std::filesystem;
+  try {
+    for (const fs::directory_entry& e : fs::directory_iterator("/tmp")) {
+      const std::string name = e.path().filename().string();
+      if (!starts(name, kDirPrefix)) continue;
+      const std::string pid = name.substr(std::strlen(kDirPrefix));
+      if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      if (fs::exists("/proc/" + pid)) continue;
+      std::error_code ec;
+      fs::remove_all(e.path(), ec);
+    }
+  } catch (const fs::filesystem_error&) {  // /tmp unreadable: nothing to clean
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  if (!getenv("VL_FUZZ_VERBOSE")) spdlog::set_level(spdlog::level::off);
+  h = new Harness;
+  remove_stale_dirs();
+  h->dir = std::string("/tmp/") + kDirPrefix + std::to_string(getpid());
+  std::filesystem::remove_all(h->dir);  // a dead process's of the same pid
+  if (mkdir(h->dir.c_str(), 0700) != 0) die("mkdir " + h->dir + ": " + strerror(errno));
+  app::SwitchConfig cfg;
+  for (const char* n : kPorts) {
+    port::VhostPortConfig p;
+    p.name = n;
+    p.path = h->dir + "/" + n + ".sock";  // never created: the ports are not started
+    cfg.ports.push_back(p);
+  }
+  cfg.flush = kDefaultFlush;
+  // A small MAC table (mac_table_buckets = 64): `ctl fdb` walks every bucket, and 2^16 of
+  // them took most of the time of an input in this uninlined, instrumented build.
+  cfg.fdb_buckets = 64;
+  cfg.control_path = h->dir + "/ctl";
+  h->sw = std::make_unique<app::Switch>(cfg);
+  h->sw->prepare();
+  std::string err;
+  if (!h->server.listen(cfg.control_path, &err)) die("listen: " + err);
+  if (!app::add_ctl_commands(*h->sw, &h->server, &err)) die("add_ctl_commands: " + err);
+  h->addr.sun_family = AF_UNIX;
+  std::snprintf(h->addr.sun_path, sizeof h->addr.sun_path, "%s", cfg.control_path.c_str());
+  // The socket and its directory go when the process exits normally (otherwise the next
+  // run's remove_stale_dirs() takes them).
+  std::atexit([] {
+    h->server.close();
+    rmdir(h->dir.c_str());
+  });
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string in(reinterpret_cast<const char*>(data), std::min(size, kMaxInput));
+  Model m;
+  size_t pos = 0;
+  for (size_t n = 0; n < kMaxRequests && pos < in.size(); ++n) {
+    const size_t nl = in.find('\n', pos);
+    if (nl == std::string::npos) {
+      const std::string line = in.substr(pos);
+      request(line, line, &m);
+      break;
+    }
+    request(in.substr(pos, nl + 1 - pos), in.substr(pos, nl - pos), &m);
+    pos = nl + 1;
+  }
+  // The switch as the model has it, then back to the start for the next input. Only after
+  // an input that named a state-changing command (the others leave nothing to check, and
+  // two more requests would take most of a short input's time).
+  if (!m.touched) return 0;
+  own("stats", {}, &m);
+  own("links", {}, &m);
+  while (!m.links.empty()) {
+    const auto [a, b] = m.links.front();
+    own("unlink", {a, b}, &m);
+  }
+  for (const std::string& f : m.flush) {
+    if (f != kDefaultFlush) {
+      own("set-flush", {"all", kDefaultFlush}, &m);
+      break;
+    }
+  }
+  g_request.clear();
+  return 0;
+}
