@@ -164,7 +164,10 @@ int Switch::run() {
   }
   while (!stop_.load()) {
     epoll_event evs[32];
-    const int n = epoll_wait(epoll_.get(), evs, 32, 500);
+    // A control reply made in slices (control::ReplyStream) goes on at the next turn, after
+    // whatever else is ready: no wait then.
+    const int n = epoll_wait(epoll_.get(), evs, 32, ctl_.busy() ? 0 : 500);
+    bool ctl_turn = false;
     for (int e = 0; e < n; ++e) {
       const uint64_t key = evs[e].data.u64;
       if (key == kKeyTimer) {
@@ -178,6 +181,7 @@ int Switch::run() {
         }
       } else if (key == kKeyControl) {
         ctl_.on_ready();
+        ctl_turn = true;
       } else if (key < ports_.size()) {
         const uint32_t i = static_cast<uint32_t>(key);
         const bool was = ports_[i]->backend().connected();
@@ -188,6 +192,7 @@ int Switch::run() {
         watch_port(i);
       }
     }
+    if (!ctl_turn && ctl_.busy()) ctl_.on_ready();
   }
   teardown();
   return 0;
