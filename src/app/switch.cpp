@@ -223,8 +223,8 @@ void Switch::set_flush(uint32_t port, dp::FlushPolicy p) { tables_.set_flush(por
 
 control::Json Switch::ports_info() const { return ports_json(view()); }
 
-control::Json Switch::fdb(uint32_t port, size_t limit) const {
-  return fdb_json(view(), port, limit);
+std::unique_ptr<control::ReplyStream> Switch::fdb(uint32_t port, size_t limit) const {
+  return fdb_stream(view(), port, limit);
 }
 
 std::optional<uint32_t> Switch::port_index(const std::string& name) const {
