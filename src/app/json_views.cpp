@@ -137,6 +137,8 @@ control::Json stats_json(const SwitchView& sw) {
                      {"tx_packets", c.tx_packets},
                      {"tx_bytes", c.tx_bytes},
                      {"tx_retries", c.tx_retries},
+                     // SET_MEM_TABLEs refused by --max-total-guest-memory (item 22)
+                     {"guest_memory_refused", p.backend().mem_tables_refused()},
                      {"drops", drops},
                      {"flush", dp::flush_policy_name(sw.tables.flush_policy(i))},
                      {"offload", soft},

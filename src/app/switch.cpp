@@ -23,7 +23,10 @@ constexpr uint64_t kKeyControl = 3ull << 40;
 
 }  // namespace
 
-Switch::Switch(SwitchConfig cfg) : cfg_(std::move(cfg)), fdb_(cfg_.fdb_buckets, cfg_.mac_limit) {}
+Switch::Switch(SwitchConfig cfg)
+    : cfg_(std::move(cfg)),
+      fdb_(cfg_.fdb_buckets, cfg_.mac_limit),
+      mem_budget_(cfg_.max_total_guest_memory) {}
 
 Switch::~Switch() { teardown(); }
 
@@ -53,7 +56,8 @@ void Switch::add_ports() {
   tables_.now_s.store(static_cast<uint32_t>(mono_s()));
   pmds_ = std::make_unique<dp::PmdSet>(&tables_, cfg_.pmd_cores, cfg_.pmd);
   for (uint32_t i = 0; i < cfg_.ports.size(); ++i) {
-    ports_.push_back(std::make_unique<port::VhostPort>(i, cfg_.ports[i], pmds_.get()));
+    ports_.push_back(
+        std::make_unique<port::VhostPort>(i, cfg_.ports[i], pmds_.get(), &mem_budget_));
     ports_.back()->set_link_hooks(&links_);
     tables_.ports[i] = ports_.back().get();
     tables_.xc_peer[i] = dp::SwitchTables::kNoPeer;
@@ -217,7 +221,19 @@ void Switch::teardown() {
   ctl_.close();
 }
 
-control::Json Switch::stats() const { return stats_json(view()); }
+control::Json Switch::stats() const {
+  control::Json j = stats_json(view());
+  // hostile-inputs.md item 22: guest memory over every port (--max-total-guest-memory).
+  j["guest_memory"] = {{"mapped_bytes", mem_budget_.used()},
+                       {"limit_bytes", mem_budget_.limit()},
+                       {"refused", mem_budget_.refused()}};
+  // The control socket's own clients (docs/architecture.md, "Control socket").
+  const control::ControlServer::Counters& c = ctl_.counters();
+  j["control"] = {{"accepted", c.accepted},         {"answered", c.answered},
+                  {"streamed", c.streamed},         {"dropped_slow", c.dropped_slow},
+                  {"dropped_idle", c.dropped_idle}, {"dropped_excess", c.dropped_excess}};
+  return j;
+}
 
 void Switch::set_flush(uint32_t port, dp::FlushPolicy p) { tables_.set_flush(port, p); }
 

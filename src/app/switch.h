@@ -16,6 +16,7 @@
 #include "dp/pmd.h"
 #include "port/vhost_port.h"
 #include "util/fd.h"
+#include "vhost/memory_budget.h"
 
 namespace vl::app {
 
@@ -70,6 +71,9 @@ class Switch {
   SwitchConfig cfg_;
   dp::SwitchTables tables_;
   dp::Fdb fdb_;
+  /// --max-total-guest-memory, shared by every port (declared before ports_: it outlives
+  /// their shares).
+  vhost::MemoryBudget mem_budget_;
   std::unique_ptr<dp::PmdSet> pmds_;
   std::vector<std::unique_ptr<port::VhostPort>> ports_;
   LinkManager links_{&ports_};
