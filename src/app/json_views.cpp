@@ -198,6 +198,8 @@ control::Json ports_json(const SwitchView& sw) {
 
 namespace {
 
+// hostile-inputs.md item 23: a listing of any length costs the control thread at most one
+// slice (ReplyStream::kSliceUs, kSliceBytes) per turn.
 class FdbStream final : public control::ReplyStream {
  public:
   FdbStream(const SwitchView& sw, uint32_t port, size_t limit)

@@ -228,6 +228,7 @@ void ControlServer::expire() {
       remove(i);
       continue;
     }
+    // hostile-inputs.md item 23: a client that does not take its reply is disconnected.
     const bool blocked = c.out_off < c.out.size();
     if (c.replying && (now >= c.deadline_ms || (blocked && now >= c.stall_ms))) {
       VL_LOG_RL(spdlog::level::warn,
@@ -277,6 +278,8 @@ void ControlServer::on_ready() {
   expire();
 }
 
+// hostile-inputs.md item 23: nothing here waits on the client's socket, and a stream makes
+// its next slice only once the client took the previous one.
 bool ControlServer::pump(Client& c, bool slice) {
   const int64_t now = now_ms();
   for (;;) {
