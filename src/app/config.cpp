@@ -196,6 +196,13 @@ bool load_max_guest_memory(const toml::node& v, SwitchConfig* cfg, std::string* 
   return true;
 }
 
+bool load_max_total_guest_memory(const toml::node& v, SwitchConfig* cfg, std::string* err) {
+  uint64_t g;
+  if (!get_int<uint64_t>(v, "max_total_guest_memory_gib", 1, 1u << 17, &g, err)) return false;
+  cfg->max_total_guest_memory = g << 30;
+  return true;
+}
+
 bool load_tx_retry(const toml::node& v, SwitchConfig* cfg, std::string* err) {
   uint32_t us;
   if (!get_int<uint32_t>(v, "tx_retry_us", 0, port::kMaxTxRetryUs, &us, err)) return false;
@@ -274,6 +281,7 @@ constexpr RootKey kRootKeys[] = {
     {"socket_owner", load_socket_owner},
     {"socket_group", load_socket_group},
     {"max_guest_memory_gib", load_max_guest_memory},
+    {"max_total_guest_memory_gib", load_max_total_guest_memory},
     {"tx_retry_us", load_tx_retry},
     {"burst",
      [](const toml::node& v, SwitchConfig* c, std::string* e) {

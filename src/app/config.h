@@ -36,6 +36,15 @@ struct SwitchConfig {
   std::optional<std::string> socket_group;
   std::optional<uint64_t> max_guest_memory;  ///< bytes
   std::optional<uint32_t> tx_retry_us;       ///< µs (port::VhostPortConfig::tx_retry_us)
+  /// Guest memory mapped over every port and connection together (bytes; a SET_MEM_TABLE
+  /// that does not fit is refused: vhost/memory_budget.h). TOML max_total_guest_memory_gib,
+  /// --max-total-guest-memory GIB.
+  uint64_t max_total_guest_memory = kDefaultMaxTotalGuestMemory;
+  /// 64 TiB: half of the 128 TiB a 4-level-paging x86-64 process can address, so that
+  /// front-ends together never take the other half, which the switch's own heap, stacks
+  /// and libraries need; and above the memory of any host today (a few TiB to 24 TiB), so
+  /// real guests never meet it. A host with less may lower it to its RAM.
+  static constexpr uint64_t kDefaultMaxTotalGuestMemory = uint64_t{64} << 40;
 };
 
 /// Fills in each port's socket_mode/owner/group and max_guest_memory from the switch-wide
@@ -52,7 +61,7 @@ std::optional<dp::PmdMode> parse_pmd_mode(const std::string& s);
 
 /// Reads a TOML file into `cfg` (keys: forward, pmd_cores, pmd_mode, pmd_idle_us, pmd_rxq_assign,
 /// pmd_rx_writers, flush, control, mac_aging_s, mac_table_buckets, mac_limit, burst, socket_mode, socket_owner,
-/// socket_group, max_guest_memory_gib, tx_retry_us, [[port]] tables with name, type, path,
+/// socket_group, max_guest_memory_gib, max_total_guest_memory_gib, tx_retry_us, [[port]] tables with name, type, path,
 /// mtu, socket_mode, socket_owner, socket_group, max_guest_memory_gib, mrg_rxbuf, flush,
 /// max_queues, offloads, tx_retry_us, and [[link]] tables with a, b). Returns false with `*err` on any unknown or
 /// invalid key.

@@ -27,8 +27,9 @@ bool ports(Switch& sw, const CtlArgv&, Json* out, std::string*) {
 }
 
 /// fdb [PORT] [all]: the entries of PORT (else every port's), all of them or the first
-/// control::kFdbShown.
-bool fdb(Switch& sw, const CtlArgv& argv, Json* out, std::string* err) {
+/// control::kFdbShown, with their total (a reply made in slices: app/json_views.h).
+bool fdb(Switch& sw, const CtlArgv& argv, std::unique_ptr<control::ReplyStream>* out,
+         std::string* err) {
   uint32_t port = ~0u;
   size_t limit = control::kFdbShown;
   for (const std::string& w : argv) {
@@ -107,7 +108,7 @@ bool version(Switch&, const CtlArgv&, Json* out, std::string*) {
 constexpr CtlCommand kHandlers[] = {
     {"stats", stats},
     {"ports", ports},
-    {"fdb", fdb},
+    {"fdb", nullptr, fdb},
     {"pmd-stats", pmd_stats},
     {"pmd-rxq-show", pmd_rxq_show},
     {"pmd-rebalance", pmd_rebalance},
@@ -140,6 +141,12 @@ bool add_ctl_commands(Switch& sw, control::ControlServer* server, std::string* e
     if (!c) {
       *err = fmt::format("control command '{}' has no handler", spec.name);
       return false;
+    }
+    if (c->stream) {
+      server->add_stream(spec, [&sw, h = c->stream](const CtlArgv& argv,
+                                                    std::unique_ptr<control::ReplyStream>* out,
+                                                    std::string* e) { return h(sw, argv, out, e); });
+      continue;
     }
     server->add(spec, [&sw, h = c->handler](const CtlArgv& argv, Json* out, std::string* e) {
       return h(sw, argv, out, e);

@@ -2,6 +2,7 @@
 // The switch's handlers of its control commands: one named function per row of
 // control/command_table.h, which lists the commands, their arguments and help. A handler
 // gets its argument strings already checked against its row (count, strings).
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -17,9 +18,15 @@ using CtlArgv = std::vector<std::string>;
 /// Fills `*out` (the reply's result) or returns false with `*err`.
 using CtlHandler = bool (*)(Switch& sw, const CtlArgv& argv, control::Json* out, std::string* err);
 
+/// A handler whose reply is made in slices (control::ReplyStream): gives the stream or
+/// returns false with `*err`.
+using CtlStreamHandler = bool (*)(Switch& sw, const CtlArgv& argv,
+                                  std::unique_ptr<control::ReplyStream>* out, std::string* err);
+
 struct CtlCommand {
   std::string_view name;  ///< a row of control::switch_commands()
-  CtlHandler handler;
+  CtlHandler handler;     ///< or, null, the command's reply is streamed:
+  CtlStreamHandler stream = nullptr;
 };
 
 /// One handler per command of control::switch_commands().

@@ -1,9 +1,11 @@
 #include "app/json_views.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include <fmt/format.h>
 
+#include "util/clock.h"
 #include "virtio/virtio_defs.h"
 
 namespace vl::app {
@@ -135,6 +137,8 @@ control::Json stats_json(const SwitchView& sw) {
                      {"tx_packets", c.tx_packets},
                      {"tx_bytes", c.tx_bytes},
                      {"tx_retries", c.tx_retries},
+                     // SET_MEM_TABLEs refused by --max-total-guest-memory (item 22)
+                     {"guest_memory_refused", p.backend().mem_tables_refused()},
                      {"drops", drops},
                      {"flush", dp::flush_policy_name(sw.tables.flush_policy(i))},
                      {"offload", soft},
@@ -195,17 +199,65 @@ control::Json ports_json(const SwitchView& sw) {
   return out;
 }
 
-control::Json fdb_json(const SwitchView& sw, uint32_t port, size_t limit) {
-  control::Json out = control::Json::array();
-  for (const auto& e : sw.fdb.entries(sw.tables.now_s.load(), port, limit)) {
-    const uint64_t m = e.mac;
-    out.push_back({{"mac", fmt::format("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", (m >> 40) & 0xff,
-                                       (m >> 32) & 0xff, (m >> 24) & 0xff, (m >> 16) & 0xff,
-                                       (m >> 8) & 0xff, m & 0xff)},
-                   {"port", e.port < sw.ports.size() ? sw.ports[e.port]->config().name : "?"},
-                   {"age_s", e.age_s}});
+namespace {
+
+// hostile-inputs.md item 23: a listing of any length costs the control thread at most one
+// slice (ReplyStream::kSliceUs, kSliceBytes) per turn.
+class FdbStream final : public control::ReplyStream {
+ public:
+  FdbStream(const SwitchView& sw, uint32_t port, size_t limit)
+      : fdb_(sw.fdb), now_s_(sw.tables.now_s.load()), port_(port), limit_(limit) {
+    for (const auto& p : sw.ports) names_.push_back(control::Json(p->config().name).dump());
   }
-  return out;
+
+  bool next(std::string* out) override {
+    if (!started_) {
+      out->append(R"({"ok":true,"result":[)");
+      started_ = true;
+    }
+    const uint64_t t0 = mono_ns();
+    auto it = std::back_inserter(*out);
+    while (bucket_ < fdb_.buckets()) {
+      batch_.clear();
+      bucket_ = fdb_.entries_in(bucket_, kBucketsPerStep, now_s_, port_, &batch_);
+      for (const dp::Fdb::Entry& e : batch_) {
+        ++total_;
+        if (shown_ >= limit_) continue;
+        if (shown_++) out->push_back(',');
+        const uint64_t m = e.mac;
+        // The keys in nlohmann's order (sorted), as the reply had them.
+        fmt::format_to(it, R"({{"age_s":{},"mac":"{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}","port":{}}})",
+                       e.age_s, (m >> 40) & 0xff, (m >> 32) & 0xff, (m >> 24) & 0xff,
+                       (m >> 16) & 0xff, (m >> 8) & 0xff, m & 0xff,
+                       e.port < names_.size() ? names_[e.port] : std::string(R"("?")"));
+      }
+      if (out->size() >= kSliceBytes || mono_ns() - t0 >= kSliceUs * 1000) return false;
+    }
+    fmt::format_to(it, R"(],"total":{},"shown":{},"truncated":{}}})"
+                       "\n",
+                   total_, shown_, shown_ < total_ ? "true" : "false");
+    return true;
+  }
+
+ private:
+  /// Buckets read between two looks at the clock (512 slots: a few µs).
+  static constexpr uint32_t kBucketsPerStep = 64;
+  const dp::Fdb& fdb_;
+  const uint32_t now_s_;
+  const uint32_t port_;
+  const size_t limit_;
+  std::vector<std::string> names_;  // port names as JSON strings, by port index
+  std::vector<dp::Fdb::Entry> batch_;
+  uint32_t bucket_ = 0;
+  uint64_t total_ = 0;
+  uint64_t shown_ = 0;
+  bool started_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<control::ReplyStream> fdb_stream(const SwitchView& sw, uint32_t port, size_t limit) {
+  return std::make_unique<FdbStream>(sw, port, limit);
 }
 
 control::Json pmd_stats_json(const SwitchView& sw) {

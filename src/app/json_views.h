@@ -32,9 +32,14 @@ struct SwitchView {
 control::Json stats_json(const SwitchView& sw);
 /// `ctl ports`: per port its connection, vhost-user state and vrings.
 control::Json ports_json(const SwitchView& sw);
-/// `ctl fdb`: [{mac, port, age_s}] for port `port` (~0u: every port), at most `limit`
-/// entries.
-control::Json fdb_json(const SwitchView& sw, uint32_t port, size_t limit);
+/// `ctl fdb`, made in slices (control::ReplyStream) so that a table of a million MACs never
+/// holds the control thread for more than a slice: the reply line
+/// {"ok": true, "result": [{age_s, mac, port}, ...], "total": N, "shown": M, "truncated": B}
+/// with the entries of port `port` (~0u: every port) in bucket order, at most `limit` of
+/// them in "result"; "total" counts every entry of the port(s) the walk met, "shown" those
+/// in "result", "truncated" is shown < total. The table changes while the walk goes on
+/// (PMD threads learn, the tick ages), as it did between two buckets of a walk in one go.
+std::unique_ptr<control::ReplyStream> fdb_stream(const SwitchView& sw, uint32_t port, size_t limit);
 /// `ctl pmd-stats`: per PMD thread its passes, cycles, packets and rxq loads.
 control::Json pmd_stats_json(const SwitchView& sw);
 /// `ctl pmd-rxq-show` (and the reply of `ctl pmd-rebalance`): {assign, reassignments,

@@ -23,7 +23,10 @@ constexpr uint64_t kKeyControl = 3ull << 40;
 
 }  // namespace
 
-Switch::Switch(SwitchConfig cfg) : cfg_(std::move(cfg)), fdb_(cfg_.fdb_buckets, cfg_.mac_limit) {}
+Switch::Switch(SwitchConfig cfg)
+    : cfg_(std::move(cfg)),
+      fdb_(cfg_.fdb_buckets, cfg_.mac_limit),
+      mem_budget_(cfg_.max_total_guest_memory) {}
 
 Switch::~Switch() { teardown(); }
 
@@ -58,7 +61,8 @@ void Switch::add_ports() {
   tables_.now_s.store(static_cast<uint32_t>(mono_s()));
   pmds_ = std::make_unique<dp::PmdSet>(&tables_, cfg_.pmd_cores, cfg_.pmd);
   for (uint32_t i = 0; i < cfg_.ports.size(); ++i) {
-    ports_.push_back(std::make_unique<port::VhostPort>(i, cfg_.ports[i], pmds_.get()));
+    ports_.push_back(
+        std::make_unique<port::VhostPort>(i, cfg_.ports[i], pmds_.get(), &mem_budget_));
     ports_.back()->set_link_hooks(&links_);
     tables_.ports[i] = ports_.back().get();
     tables_.xc_peer[i] = dp::SwitchTables::kNoPeer;
@@ -169,7 +173,10 @@ int Switch::run() {
   }
   while (!stop_.load()) {
     epoll_event evs[32];
-    const int n = epoll_wait(epoll_.get(), evs, 32, 500);
+    // A control reply made in slices (control::ReplyStream) goes on at the next turn, after
+    // whatever else is ready: no wait then.
+    const int n = epoll_wait(epoll_.get(), evs, 32, ctl_.busy() ? 0 : 500);
+    bool ctl_turn = false;
     for (int e = 0; e < n; ++e) {
       const uint64_t key = evs[e].data.u64;
       if (key == kKeyTimer) {
@@ -183,6 +190,7 @@ int Switch::run() {
         }
       } else if (key == kKeyControl) {
         ctl_.on_ready();
+        ctl_turn = true;
       } else if (key < ports_.size()) {
         const uint32_t i = static_cast<uint32_t>(key);
         const bool was = ports_[i]->backend().connected();
@@ -193,6 +201,7 @@ int Switch::run() {
         watch_port(i);
       }
     }
+    if (!ctl_turn && ctl_.busy()) ctl_.on_ready();
   }
   teardown();
   return 0;
@@ -217,14 +226,26 @@ void Switch::teardown() {
   ctl_.close();
 }
 
-control::Json Switch::stats() const { return stats_json(view()); }
+control::Json Switch::stats() const {
+  control::Json j = stats_json(view());
+  // hostile-inputs.md item 22: guest memory over every port (--max-total-guest-memory).
+  j["guest_memory"] = {{"mapped_bytes", mem_budget_.used()},
+                       {"limit_bytes", mem_budget_.limit()},
+                       {"refused", mem_budget_.refused()}};
+  // The control socket's own clients (docs/architecture.md, "Control socket").
+  const control::ControlServer::Counters& c = ctl_.counters();
+  j["control"] = {{"accepted", c.accepted},         {"answered", c.answered},
+                  {"streamed", c.streamed},         {"dropped_slow", c.dropped_slow},
+                  {"dropped_idle", c.dropped_idle}, {"dropped_excess", c.dropped_excess}};
+  return j;
+}
 
 void Switch::set_flush(uint32_t port, dp::FlushPolicy p) { tables_.set_flush(port, p); }
 
 control::Json Switch::ports_info() const { return ports_json(view()); }
 
-control::Json Switch::fdb(uint32_t port, size_t limit) const {
-  return fdb_json(view(), port, limit);
+std::unique_ptr<control::ReplyStream> Switch::fdb(uint32_t port, size_t limit) const {
+  return fdb_stream(view(), port, limit);
 }
 
 std::optional<uint32_t> Switch::port_index(const std::string& name) const {

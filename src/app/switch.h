@@ -16,6 +16,7 @@
 #include "dp/pmd.h"
 #include "port/vhost_port.h"
 #include "util/fd.h"
+#include "vhost/memory_budget.h"
 
 namespace vl::app {
 
@@ -40,9 +41,9 @@ class Switch {
   /// The `ctl stats --json` document (INTERFACES.md).
   control::Json stats() const;
   control::Json ports_info() const;
-  /// `ctl fdb`: the MAC table as a JSON array of {mac, port, age_s}, the entries of `port`
-  /// (~0u: every port's), at most `limit` of them.
-  control::Json fdb(uint32_t port, size_t limit) const;
+  /// `ctl fdb`: the MAC table's entries of `port` (~0u: every port's), at most `limit` of
+  /// them, as a reply made in slices (app/json_views.h fdb_stream).
+  std::unique_ptr<control::ReplyStream> fdb(uint32_t port, size_t limit) const;
   control::Json pmd_stats() const;
   /// `ctl pmd-rxq-show` (and the reply of `ctl pmd-rebalance`): each thread's rxqs.
   control::Json pmd_rxq_show() const;
@@ -76,6 +77,9 @@ class Switch {
   SwitchConfig cfg_;
   dp::SwitchTables tables_;
   dp::Fdb fdb_;
+  /// --max-total-guest-memory, shared by every port (declared before ports_: it outlives
+  /// their shares).
+  vhost::MemoryBudget mem_budget_;
   std::unique_ptr<dp::PmdSet> pmds_;
   std::vector<std::unique_ptr<port::VhostPort>> ports_;
   LinkManager links_{&ports_};

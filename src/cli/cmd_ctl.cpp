@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -59,14 +60,21 @@ void print_ports(const Json& r) {
   }
 }
 
-/// `all`: the user asked for every entry (no note that the list was cut).
-void print_fdb(const Json& r, bool all) {
-  fmt::print("{:<18} {:<12} {:>6}\n", "MAC", "PORT", "AGE_S");
+/// The note under a cut `ctl fdb` listing (the reply's "truncated", "total" and "shown"),
+/// or "" when every entry was listed.
+std::string fdb_cut_note(const Json& reply) {
+  if (!reply.value("truncated", false)) return "";
+  return fmt::format("(the first {} of {} entries: `virtlink ctl fdb [PORT] all` lists every one)",
+                     reply.value("shown", uint64_t{0}), reply.value("total", uint64_t{0}));
+}
+
+void print_fdb(const Json& r, const Json& reply) {
+  std::string out = fmt::format("{:<18} {:<12} {:>6}\n", "MAC", "PORT", "AGE_S");
   for (const auto& e : r)
-    fmt::print("{:<18} {:<12} {:>6}\n", e["mac"].get<std::string>(), e["port"].get<std::string>(),
-               e["age_s"].get<uint32_t>());
-  if (!all && r.size() == control::kFdbShown)
-    fmt::print("(the first {} entries: `virtlink ctl fdb [PORT] all` lists every one)\n", r.size());
+    fmt::format_to(std::back_inserter(out), "{:<18} {:<12} {:>6}\n", e["mac"].get<std::string>(),
+                   e["port"].get<std::string>(), e["age_s"].get<uint32_t>());
+  fwrite(out.data(), 1, out.size(), stdout);
+  if (const std::string note = fdb_cut_note(reply); !note.empty()) fmt::print("{}\n", note);
 }
 
 /// A PMD thread's CPU as text: the JSON gives -1 for a thread not pinned to a CPU (no
@@ -126,9 +134,9 @@ int run_ctl(const CtlArgs& a) {
   }
   Json args = Json::object();
   if (!a.args.empty()) args["argv"] = a.args;
-  Json result;
+  Json result, reply;
   std::string err;
-  if (!control::request(path, a.command, args, &result, &err)) {
+  if (!control::request(path, a.command, args, &result, &err, &reply)) {
     const bool unreachable = err.find("Connection refused") != std::string::npos ||
                              err.find("No such file") != std::string::npos;
     fmt::print(stderr, "virtlink ctl {}: {}{}\n", a.command, err,
@@ -139,12 +147,16 @@ int run_ctl(const CtlArgs& a) {
   }
   if (a.json) {
     fmt::print("{}\n", result.dump(2));
+    // stdout stays the result (an array for fdb, as before); a cut listing says so on
+    // stderr, and the reply's own "total"/"shown"/"truncated" say it to scripts.
+    if (a.command == "fdb")
+      if (const std::string note = fdb_cut_note(reply); !note.empty()) fmt::print(stderr, "{}\n", note);
     return 0;
   }
   if (a.command == "stats") print_stats(result);
   else if (a.command == "ports") print_ports(result);
   else if (a.command == "fdb")
-    print_fdb(result, std::find(a.args.begin(), a.args.end(), "all") != a.args.end());
+    print_fdb(result, reply);
   else if (a.command == "pmd-stats") print_pmd(result);
   else if (a.command == "pmd-rxq-show" || a.command == "pmd-rebalance") print_rxq_show(result);
   else if (a.command == "link" || a.command == "unlink") print_link(result);

@@ -46,6 +46,11 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
   s->add_option("--max-guest-memory", a.max_guest_memory_gib,
                 "GiB of guest memory one front-end may map (1024)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 16));
+  s->add_option("--max-total-guest-memory", a.max_total_guest_memory_gib,
+                "GiB of guest memory every front-end together may map, over all ports and "
+                "connections (65536: half the address space); a SET_MEM_TABLE that does not "
+                "fit is refused and counted")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 17));
   s->add_option("--max-queues", a.max_queues,
                 "queue pairs each port offers (VIRTIO_NET_F_MQ, GET_QUEUE_NUM), 1..8 (8)")
       ->check(CLI::Range(1, 8));
@@ -148,7 +153,8 @@ bool apply_switch_options(const SwitchArgs& a, app::SwitchConfig* cfg) {
 }
 
 /// --socket-mode, --socket-owner, --socket-group, --max-guest-memory: the switch-wide
-/// defaults of every port that does not set its own (app::apply_port_defaults).
+/// defaults of every port that does not set its own (app::apply_port_defaults); and
+/// --max-total-guest-memory, the cap over every port together.
 bool apply_socket_options(const SwitchArgs& a, app::SwitchConfig* cfg) {
   if (!a.socket_mode.empty()) {
     auto m = app::parse_socket_mode(a.socket_mode);
@@ -161,6 +167,8 @@ bool apply_socket_options(const SwitchArgs& a, app::SwitchConfig* cfg) {
   if (!a.socket_owner.empty()) cfg->socket_owner = a.socket_owner;
   if (!a.socket_group.empty()) cfg->socket_group = a.socket_group;
   if (a.max_guest_memory_gib) cfg->max_guest_memory = a.max_guest_memory_gib << 30;
+  if (a.max_total_guest_memory_gib)
+    cfg->max_total_guest_memory = a.max_total_guest_memory_gib << 30;
   return true;
 }
 

@@ -26,6 +26,7 @@ struct SwitchArgs {
   std::string socket_owner;
   std::string socket_group;
   uint64_t max_guest_memory_gib = 0;
+  uint64_t max_total_guest_memory_gib = 0;
   uint32_t max_queues = 0;       ///< 0: per port (default 8)
   std::string pmd_rxq_assign;    ///< roundrobin | cycles
   std::string pmd_rx_writers;    ///< follow | fixed

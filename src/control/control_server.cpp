@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -31,13 +32,15 @@ void set_timeout(int fd, int secs) {
 }
 
 bool read_line(int fd, std::string* out, size_t limit) {
-  char buf[4096];
+  char buf[1 << 16];
   while (out->size() < limit) {
     const ssize_t n = recv(fd, buf, sizeof buf, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return !out->empty();
+    const size_t old = out->size();
     out->append(buf, static_cast<size_t>(n));
-    if (out->find('\n') != std::string::npos) return true;
+    // Only the new bytes: a reply of megabytes arrives in thousands of reads.
+    if (out->find('\n', old) != std::string::npos) return true;
   }
   return false;
 }
@@ -112,8 +115,17 @@ void ControlServer::add(const CommandSpec& spec, ArgvHandler h) {
   });
 }
 
+void ControlServer::add_stream(const CommandSpec& spec, StreamHandler h) {
+  streams_[std::string(spec.name)] = [spec, h = std::move(h)](
+                                         const Json& args, std::unique_ptr<ReplyStream>* st,
+                                         std::string* e) {
+    std::vector<std::string> argv;
+    return check_args(spec, args, &argv, e) && h(argv, st, e);
+  };
+}
+
 void ControlServer::close() {
-  pending_.clear();
+  clients_.clear();
   epoll_.reset();
   if (listen_.valid()) {
     listen_.reset();
@@ -122,58 +134,81 @@ void ControlServer::close() {
 }
 
 void ControlServer::remove(size_t i) {
-  epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, pending_[i].fd.get(), nullptr);
-  pending_[i] = std::move(pending_.back());
-  pending_.pop_back();
+  epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, clients_[i].fd.get(), nullptr);
+  clients_[i] = std::move(clients_.back());
+  clients_.pop_back();
+}
+
+void ControlServer::set_events(Client& c, uint32_t events) {
+  if (c.events == events) return;
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.fd = c.fd.get();
+  epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
+  c.events = events;
 }
 
 void ControlServer::accept_all() {
   for (;;) {
-    UniqueFd c(accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    UniqueFd c(accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!c.valid()) return;  // EAGAIN: none left (or a transient error: next readiness)
-    if (pending_.size() >= kMaxPending) {
-      // First answer those whose request already arrived (a flood of new connections must
-      // not evict a client that did its part), then drop the oldest of the rest.
-      for (size_t i = 0; i < pending_.size();) {
-        if (read_from(pending_[i])) remove(i);
+    ++counters_.accepted;
+    if (clients_.size() >= kMaxPending) {
+      // First take the requests that already arrived (a flood of new connections must
+      // not evict a client that did its part), then drop the oldest of those still
+      // waiting for their request, else the oldest of all.
+      for (size_t i = 0; i < clients_.size();) {
+        if (!clients_[i].replying && read_from(clients_[i])) remove(i);
         else ++i;
       }
     }
-    if (pending_.size() >= kMaxPending) {
+    if (clients_.size() >= kMaxPending) {
       size_t oldest = 0;
-      for (size_t i = 1; i < pending_.size(); ++i)
-        if (pending_[i].deadline_ms < pending_[oldest].deadline_ms) oldest = i;
-      VL_LOG_RL(spdlog::level::warn, "control socket: {} clients waiting; the oldest dropped",
+      for (size_t i = 1; i < clients_.size(); ++i) {
+        const Client& a = clients_[i];
+        const Client& o = clients_[oldest];
+        if (a.replying != o.replying ? o.replying : a.since_ms < o.since_ms) oldest = i;
+      }
+      VL_LOG_RL(spdlog::level::warn, "control socket: {} clients at once; the oldest dropped",
                 kMaxPending);
+      ++counters_.dropped_excess;
       remove(oldest);
     }
-    set_timeout(c.get(), 1);  // the reply's send (reads use MSG_DONTWAIT)
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = c.get();
     if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, c.get(), &ev) != 0) continue;
-    pending_.push_back({std::move(c), now_ms() + budget_ms_, {}});
+    Client cl;
+    cl.fd = std::move(c);
+    cl.since_ms = now_ms();
+    cl.deadline_ms = cl.since_ms + budget_ms_;
+    cl.events = EPOLLIN;
+    clients_.push_back(std::move(cl));
   }
 }
 
-bool ControlServer::read_from(Pending& p) {
+bool ControlServer::read_from(Client& c) {
   char buf[4096];
   for (;;) {
-    const ssize_t n = recv(p.fd.get(), buf, sizeof buf, MSG_DONTWAIT);
+    const ssize_t n = recv(c.fd.get(), buf, sizeof buf, MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) return false;  // wait for more
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;  // wait for more
     if (n <= 0) {  // the client closed (or failed): answer what it sent, if anything
-      if (!p.line.empty()) answer(p.fd.get(), p.line);
-      return true;
+      if (c.line.empty()) return true;
+      const std::string line = std::move(c.line);
+      start_reply(c, line);
+      return pump(c, c.turn != turn_);
     }
-    p.line.append(buf, static_cast<size_t>(n));
-    const size_t nl = p.line.find('\n');
+    const size_t old = c.line.size();
+    c.line.append(buf, static_cast<size_t>(n));
+    const size_t nl = c.line.find('\n', old);
     if (nl != std::string::npos) {
-      p.line.resize(nl);
-      answer(p.fd.get(), p.line);
-      return true;
+      c.line.resize(nl);
+      const std::string line = std::move(c.line);
+      start_reply(c, line);
+      return pump(c, c.turn != turn_);
     }
-    if (p.line.size() >= kMaxLine) {
+    if (c.line.size() >= kMaxLine) {
       VL_LOG_RL(spdlog::level::warn, "control socket: a request line over {} bytes; dropped",
                 kMaxLine);
       return true;
@@ -183,19 +218,41 @@ bool ControlServer::read_from(Pending& p) {
 
 void ControlServer::expire() {
   const int64_t now = now_ms();
-  for (size_t i = 0; i < pending_.size();) {
-    if (now < pending_[i].deadline_ms) {
-      ++i;
+  for (size_t i = 0; i < clients_.size();) {
+    const Client& c = clients_[i];
+    if (!c.replying && now >= c.deadline_ms) {
+      VL_LOG_RL(spdlog::level::warn,
+                "control socket: a client sent no complete request line within {} ms; dropped",
+                budget_ms_);
+      ++counters_.dropped_idle;
+      remove(i);
       continue;
     }
-    VL_LOG_RL(spdlog::level::warn,
-              "control socket: a client sent no complete request line within {} ms; dropped",
-              budget_ms_);
-    remove(i);
+    // hostile-inputs.md item 23: a client that does not take its reply is disconnected.
+    const bool blocked = c.out_off < c.out.size();
+    if (c.replying && (now >= c.deadline_ms || (blocked && now >= c.stall_ms))) {
+      VL_LOG_RL(spdlog::level::warn,
+                "control socket: a client did not take its reply ({}; {} bytes unsent); "
+                "disconnected",
+                now >= c.deadline_ms ? fmt::format("not done within {} ms", kReplyBudgetMs)
+                                     : fmt::format("no byte taken for {} ms", stall_ms_),
+                c.out.size() - c.out_off);
+      ++counters_.dropped_slow;
+      remove(i);
+      continue;
+    }
+    ++i;
   }
 }
 
+bool ControlServer::busy() const {
+  for (const Client& c : clients_)
+    if (c.stream && c.out_off == c.out.size()) return true;
+  return false;
+}
+
 void ControlServer::on_ready() {
+  ++turn_;
   epoll_event evs[16];
   const int n = epoll_wait(epoll_.get(), evs, 16, 0);
   for (int e = 0; e < n; ++e) {
@@ -204,16 +261,59 @@ void ControlServer::on_ready() {
       accept_all();
       continue;
     }
-    for (size_t i = 0; i < pending_.size(); ++i) {
-      if (pending_[i].fd.get() != fd) continue;
-      if (read_from(pending_[i])) remove(i);
+    for (size_t i = 0; i < clients_.size(); ++i) {
+      Client& c = clients_[i];
+      if (c.fd.get() != fd) continue;
+      const bool done = c.replying ? pump(c, c.turn != turn_) : read_from(c);
+      if (done) remove(i);
       break;
     }
+  }
+  // Streamed replies whose clients took everything so far: one slice each per turn.
+  for (size_t i = 0; i < clients_.size();) {
+    Client& c = clients_[i];
+    if (c.stream && c.out_off == c.out.size() && c.turn != turn_ && pump(c, true)) remove(i);
+    else ++i;
   }
   expire();
 }
 
-void ControlServer::answer(int fd, const std::string& line) {
+// hostile-inputs.md item 23: nothing here waits on the client's socket, and a stream makes
+// its next slice only once the client took the previous one.
+bool ControlServer::pump(Client& c, bool slice) {
+  const int64_t now = now_ms();
+  for (;;) {
+    if (c.out_off == 0 && !c.out.empty()) c.stall_ms = now + stall_ms_;  // a fresh buffer
+    while (c.out_off < c.out.size()) {
+      const ssize_t n = send(c.fd.get(), c.out.data() + c.out_off, c.out.size() - c.out_off,
+                             MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        set_events(c, EPOLLOUT);  // flushed when the socket is writable
+        return false;
+      }
+      if (n <= 0) return true;  // the client went away
+      c.out_off += static_cast<size_t>(n);
+      c.stall_ms = now + stall_ms_;
+    }
+    c.out.clear();
+    c.out_off = 0;
+    if (!c.stream) {
+      ++counters_.answered;
+      return true;
+    }
+    set_events(c, 0);  // hang-ups and errors are still reported
+    if (!slice) return false;  // the next slice at the next turn
+    slice = false;
+    c.turn = turn_;
+    if (c.stream->next(&c.out)) c.stream.reset();
+  }
+}
+
+void ControlServer::start_reply(Client& c, const std::string& line) {
+  c.replying = true;
+  c.deadline_ms = now_ms() + kReplyBudgetMs;
+  set_events(c, 0);  // one request per connection: nothing more is read
   static const Json kMalformed = {
       {"ok", false}, {"error", "malformed request (an object with a string cmd and an object args)"}};
   Json reply;
@@ -222,11 +322,11 @@ void ControlServer::answer(int fd, const std::string& line) {
   // the whole line) and the parser would disagree on what the request is (fuzz_control,
   // regressions/fuzz_control/nul_byte_ends_parse_not_depth_check).
   if (line.find('\0') != std::string::npos) {
-    write_all(fd, kMalformed.dump() + "\n");
+    c.out = kMalformed.dump() + "\n";
     return;
   }
   if (json_depth(line) > kMaxDepth) {
-    write_all(fd, Json{{"ok", false}, {"error", "request nested too deeply"}}.dump() + "\n");
+    c.out = Json{{"ok", false}, {"error", "request nested too deeply"}}.dump() + "\n";
     return;
   }
   const Json req = Json::parse(line, nullptr, false);
@@ -239,26 +339,43 @@ void ControlServer::answer(int fd, const std::string& line) {
   } else {
     const std::string cmd = req["cmd"];
     auto it = handlers_.find(cmd);
-    if (it == handlers_.end()) {
+    auto st = streams_.find(cmd);
+    if (it == handlers_.end() && st == streams_.end()) {
+      std::set<std::string> names;
+      for (const auto& [name, h] : handlers_) names.insert(name);
+      for (const auto& [name, h] : streams_) names.insert(name);
       std::string known;
-      for (const auto& [name, h] : handlers_) known += (known.empty() ? "" : ", ") + name;
+      for (const std::string& name : names) known += (known.empty() ? "" : ", ") + name;
       reply = {{"ok", false}, {"error", fmt::format("unknown command '{}' (commands: {})", cmd, known)}};
     } else {
       Json result;
       std::string err;
       try {
-        if (it->second(*args, &result, &err)) reply = {{"ok", true}, {"result", result}};
-        else reply = {{"ok", false}, {"error", err}};
+        if (st != streams_.end()) {
+          if (st->second(*args, &c.stream, &err)) {
+            ++counters_.streamed;
+            c.turn = turn_;
+            if (c.stream->next(&c.out)) c.stream.reset();  // the first slice
+            return;
+          }
+          c.stream.reset();
+          reply = {{"ok", false}, {"error", err}};
+        } else if (it->second(*args, &result, &err)) {
+          reply = {{"ok", true}, {"result", result}};
+        } else {
+          reply = {{"ok", false}, {"error", err}};
+        }
       } catch (const std::exception& e) {  // a handler reading args of the wrong type
+        c.stream.reset();
         reply = {{"ok", false}, {"error", fmt::format("invalid arguments: {}", e.what())}};
       }
     }
   }
-  write_all(fd, reply.dump() + "\n");
+  c.out = reply.dump() + "\n";
 }
 
 bool request(const std::string& path, const std::string& cmd, const Json& args, Json* result,
-             std::string* err) {
+             std::string* err, Json* full) {
   sockaddr_un a;
   if (!make_unix_addr(path, &a, err)) return false;
   UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -283,6 +400,7 @@ bool request(const std::string& path, const std::string& cmd, const Json& args, 
     return false;
   }
   *result = reply["result"];
+  if (full) *full = std::move(reply);
   return true;
 }
 

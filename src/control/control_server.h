@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <vector>
 #include <string>
 
@@ -23,12 +24,51 @@ using ArgvHandler =
     std::function<bool(const std::vector<std::string>& argv, Json* result, std::string* err)>;
 struct CommandSpec;
 
+/// A reply made in slices, for a reply too long to make in one turn of the control thread
+/// (`ctl fdb` of a large MAC table). The server calls next() at most once per turn, when
+/// the client's socket has taken every byte made before; next() appends the next
+/// part of the reply line (from its first byte, `{"ok":true,...`, to its final '\n') to
+/// `*out`, doing at most about kSliceUs of work, and returns true once the line is complete.
+class ReplyStream {
+ public:
+  /// Work one call to next() should stop after (µs).
+  static constexpr uint64_t kSliceUs = 1000;
+  /// Bytes one call should stop after.
+  static constexpr size_t kSliceBytes = 64 << 10;
+  virtual ~ReplyStream() = default;
+  virtual bool next(std::string* out) = 0;
+};
+using StreamHandler = std::function<bool(const std::vector<std::string>& argv,
+                                         std::unique_ptr<ReplyStream>* stream, std::string* err)>;
+
+/// Clients are multiplexed on the caller's (the control thread's) loop and never block
+/// it: requests are read without waiting, replies are written without waiting from a
+/// per-client buffer flushed when the socket is writable, and a long reply is made in
+/// slices (ReplyStream) between polls. Limits: docs/architecture.md, "Control socket".
 class ControlServer {
  public:
   /// Time a connection has, from accept, to deliver its request line (ms).
   static constexpr int kRequestBudgetMs = 3000;
-  /// Connections waiting for their request line at once; one more drops the oldest.
+  /// Connections open at once (waiting for their request or taking their reply); one more
+  /// drops the oldest.
   static constexpr size_t kMaxPending = 64;
+  /// A client taking its reply is disconnected when its socket takes no byte for this long
+  /// (ms), or when the whole reply has not left within kReplyBudgetMs.
+  static constexpr int kDrainStallMs = 2000;
+  static constexpr int kReplyBudgetMs = 60000;
+  // A streamed reply is made further only once the client's socket took every byte made
+  // so far, so a client holds at most one slice (ReplyStream::kSliceBytes plus one entry)
+  // in its buffer, whatever the reply's length; a whole reply (every other command) is
+  // bounded by the number of ports.
+
+  struct Counters {
+    uint64_t accepted = 0;
+    uint64_t answered = 0;       ///< replies written whole
+    uint64_t dropped_slow = 0;   ///< did not take their reply (kDrainStallMs, kReplyBudgetMs)
+    uint64_t dropped_idle = 0;   ///< sent no complete request within the budget
+    uint64_t dropped_excess = 0; ///< the oldest, dropped at kMaxPending
+    uint64_t streamed = 0;       ///< replies made in slices
+  };
 
   bool listen(const std::string& path, std::string* err);
   void close();
@@ -40,42 +80,72 @@ class ControlServer {
   /// with its usage error (command_table.h check_args), and `h` is not called. The row is
   /// copied; the text it points to must outlive the server (the table's literals do).
   void add(const CommandSpec& spec, ArgvHandler h);
-  /// Accepts new clients, reads what they sent and answers every complete request line;
-  /// drops clients past their budget. Never blocks on a client's read (a reply is written
-  /// with a 1 s send timeout).
+  /// Adds the command of `spec` whose reply is made in slices: `h` checks the arguments
+  /// and gives the stream (or returns false with `*err`, answered as an error).
+  void add_stream(const CommandSpec& spec, StreamHandler h);
+  /// One turn: accepts new clients, reads what they sent, starts the reply of every
+  /// complete request line, writes what each client's socket takes, makes one slice more
+  /// of each streamed reply, and drops clients past their deadlines. Never blocks.
   void on_ready();
-  /// Drops clients past their budget (call now and then, e.g. once a second).
+  /// True while a streamed reply can be made further now (its client took every byte so
+  /// far): call on_ready() again without waiting for fd().
+  bool busy() const;
+  /// Drops clients past their deadlines (call now and then, e.g. once a second).
   void expire();
   /// Overrides kRequestBudgetMs (tests).
   void set_request_budget_ms(int ms) { budget_ms_ = ms; }
+  /// Overrides kDrainStallMs (tests).
+  void set_drain_stall_ms(int ms) { stall_ms_ = ms; }
   const std::string& path() const { return path_; }
-  size_t pending() const { return pending_.size(); }
+  size_t pending() const { return clients_.size(); }
+  const Counters& counters() const { return counters_; }
 
  private:
-  struct Pending {
+  struct Client {
     UniqueFd fd;
-    int64_t deadline_ms;  // mono_ms() (util/clock.h)
-    std::string line;
+    int64_t deadline_ms;  // mono_ms() (util/clock.h): request budget, then the reply's
+    std::string line;     // the request line as it arrives
+    bool replying = false;  // the request was taken: reading stopped, the reply goes out
+    std::string out;        // reply bytes not yet sent, from out_off
+    size_t out_off = 0;
+    std::unique_ptr<ReplyStream> stream;  // the rest of a streamed reply
+    int64_t stall_ms = 0;   // replying: the time by which the socket must take a byte
+    uint32_t events = 0;    // the epoll events registered for fd
+    int64_t since_ms = 0;   // accepted at
+    uint64_t turn = 0;      // the turn (turn_) of its last slice
   };
   void accept_all();
-  /// Reads from pending_[i]; returns true when the connection is done with (answered,
-  /// closed by the client, over the size limit) and must be removed.
-  bool read_from(Pending& p);
-  void answer(int fd, const std::string& line);
+  /// Reads from `c`; on a complete request line starts its reply. Returns true when the
+  /// connection is done with (closed by the client with nothing to answer, over the size
+  /// limit) and must be removed.
+  bool read_from(Client& c);
+  /// Starts the reply to `line`: a whole reply in c.out, or a stream.
+  void start_reply(Client& c, const std::string& line);
+  /// Writes what the socket takes and makes one slice of a stream. Returns true when the
+  /// client is done with (the reply sent, or the socket failed) and must be removed.
+  bool pump(Client& c, bool slice);
+  void set_events(Client& c, uint32_t events);
   void remove(size_t i);
 
   UniqueFd listen_;
   UniqueFd epoll_;
   std::string path_;
   std::map<std::string, Handler> handlers_;
-  std::vector<Pending> pending_;
+  using RawStream =
+      std::function<bool(const Json& args, std::unique_ptr<ReplyStream>*, std::string*)>;
+  std::map<std::string, RawStream> streams_;
+  uint64_t turn_ = 0;
+  std::vector<Client> clients_;
   int budget_ms_ = kRequestBudgetMs;
+  int stall_ms_ = kDrainStallMs;
+  Counters counters_;
 };
 
 /// Client side: sends {"cmd": cmd, "args": args} to the socket at `path` and returns the
-/// reply's "result". Returns false with `*err` when the switch is unreachable, times out
-/// (5 s) or answers with an error.
+/// reply's "result" (and, when `reply` is given, the whole reply object, with the members
+/// some commands add beside "result", e.g. fdb's "total"). Returns false with `*err` when
+/// the switch is unreachable, times out (5 s without a byte) or answers with an error.
 bool request(const std::string& path, const std::string& cmd, const Json& args, Json* result,
-             std::string* err);
+             std::string* err, Json* reply = nullptr);
 
 }  // namespace vl::control

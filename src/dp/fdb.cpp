@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
 #include <bit>
 
 #include "util/clock.h"
@@ -145,16 +146,25 @@ void Fdb::flush_port(uint32_t port) {
 
 std::vector<Fdb::Entry> Fdb::entries(uint32_t now_s, uint32_t port, size_t limit) const {
   std::vector<Entry> out;
-  for (uint32_t i = 0; i <= mask_ && out.size() < limit; ++i) {
-    for (uint32_t s = 0; s < kSlots && out.size() < limit; ++s) {
+  for (uint32_t i = 0; i <= mask_ && out.size() < limit; i = entries_in(i, 1, now_s, port, &out)) {
+  }
+  if (out.size() > limit) out.resize(limit);
+  return out;
+}
+
+uint32_t Fdb::entries_in(uint32_t first, uint32_t n, uint32_t now_s, uint32_t port,
+                         std::vector<Entry>* out) const {
+  const uint32_t end = first + std::min(n, mask_ + 1 - std::min(first, mask_ + 1));
+  for (uint32_t i = first; i < end; ++i) {
+    for (uint32_t s = 0; s < kSlots; ++s) {
       const uint64_t w = buckets_[i].w[s].load(std::memory_order_relaxed);
       if (!w) continue;
       if (port != ~0u && (w & 0xffff) != port + 1) continue;
-      out.push_back({w >> 16, static_cast<uint32_t>((w & 0xffff) - 1),
-                     now_s - times_[i].t[s].load(std::memory_order_relaxed)});
+      out->push_back({w >> 16, static_cast<uint32_t>((w & 0xffff) - 1),
+                      now_s - times_[i].t[s].load(std::memory_order_relaxed)});
     }
   }
-  return out;
+  return end;
 }
 
 }  // namespace vl::dp

@@ -95,6 +95,12 @@ class Fdb {
   /// A snapshot of the table for display: the entries of `port` (every port when port is
   /// ~0u), at most `limit` of them, in bucket order.
   std::vector<Entry> entries(uint32_t now_s, uint32_t port = ~0u, size_t limit = SIZE_MAX) const;
+  /// The same over buckets [first, first + n) only, appended to `*out`, for a listing made
+  /// in slices (`ctl fdb`, app/json_views.h): returns the bucket after the last one read
+  /// (buckets() when the table is done).
+  uint32_t entries_in(uint32_t first, uint32_t n, uint32_t now_s, uint32_t port,
+                      std::vector<Entry>* out) const;
+  uint32_t buckets() const { return mask_ + 1; }
   uint32_t capacity() const { return (mask_ + 1) * kSlots; }
 
  private:

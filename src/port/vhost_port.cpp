@@ -42,12 +42,13 @@ bool resolve_id(const std::string& s, bool group, uint32_t* id) {
 }
 }  // namespace
 
-VhostPort::VhostPort(uint32_t id, VhostPortConfig cfg, Quiescer* q)
+VhostPort::VhostPort(uint32_t id, VhostPortConfig cfg, Quiescer* q, vhost::MemoryBudget* budget)
     : Port(id, cfg.name), cfg_(std::move(cfg)), quiescer_(q), backend_(this, [&] {
         auto o = vhost::BackendOptions::defaults();
         if (!cfg_.mrg_rxbuf) o.features &= ~bit(kNetFMrgRxbuf);
         if (!cfg_.offloads) o.features &= ~vhost::kOffloadFeatures;
         o.max_mapped_bytes = cfg_.max_guest_memory;
+        o.memory_budget = budget;
         o.queue_pairs = cfg_.max_queues;
         o.log_name = "port " + cfg_.name;  // "port b: memory table with ..."
         return o;

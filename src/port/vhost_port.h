@@ -68,7 +68,9 @@ class LinkHooks {
 
 class VhostPort final : public Port, public vhost::DeviceHost {
  public:
-  VhostPort(uint32_t id, VhostPortConfig cfg, Quiescer* q);
+  /// `budget`: the switch-wide cap on guest memory its back-end shares with the other ports
+  /// (vhost/memory_budget.h), or null.
+  VhostPort(uint32_t id, VhostPortConfig cfg, Quiescer* q, vhost::MemoryBudget* budget = nullptr);
   ~VhostPort() override;
 
   const VhostPortConfig& config() const { return cfg_; }

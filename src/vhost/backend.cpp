@@ -195,9 +195,26 @@ bool Backend::h_set_mem_table(Message& m, Reply& r) {
   }
   auto mem = std::make_unique<GuestMemory>();
   std::string err;
+  // hostile-inputs.md item 22: every connection's tables together stay within the
+  // switch-wide cap, checked before anything is mapped; the table this one replaces counts
+  // as given back (its share goes when it is unmapped below).
+  MemoryBudget::Share share;
+  if (MemoryBudget* budget = opts_.memory_budget) {
+    uint64_t bytes = 0;
+    if (!GuestMemory::table_bytes(regions, n, &bytes, &err)) return fail(r, err);
+    if (bytes <= opts_.max_mapped_bytes && !budget->take(bytes, mem_share_, &share)) {
+      ++mem_refused_;
+      return fail(r, fmt::format("memory table of {} MiB refused: the switch maps {} MiB of "
+                                 "the {} MiB allowed over every connection "
+                                 "(--max-total-guest-memory), this one's {} MiB included",
+                                 bytes >> 20, budget->used() >> 20, budget->limit() >> 20,
+                                 mem_share_.bytes() >> 20));  // old table kept
+    }
+  }
   if (!mem->build(regions, fds, n, &err, opts_.max_mapped_bytes)) return fail(r, err);  // old table kept
   host_->pause_datapath();
   mem_ = std::move(mem);  // the old table is unmapped here, with no thread using it
+  mem_share_ = std::move(share);  // and its share given back
   for (uint32_t i = 0; i < GuestMemory::kMaxRegions; ++i) {
     // Kept for direct links (docs/direct-link.md), which hand A's regions to B.
     mem_fds_[i] = i < n ? std::move(m.fds[i]) : UniqueFd();
@@ -532,6 +549,7 @@ void Backend::reset_device() {
     v.why_not = "not connected";
   }
   mem_.reset();
+  mem_share_ = {};  // hostile-inputs.md item 22: the unmapped table's share given back
   for (auto& f : mem_fds_) f.reset();
   link_chan_.reset();
   features_ = 0;

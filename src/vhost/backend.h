@@ -10,6 +10,7 @@
 #include "util/fd.h"
 #include "vhost/channel.h"
 #include "vhost/link_protocol.h"
+#include "vhost/memory_budget.h"
 #include "vhost/protocol.h"
 #include "virtio/split_device_queue.h"
 #include "virtio/dirty_log.h"
@@ -136,6 +137,10 @@ struct BackendOptions {
   /// SET_MEM_TABLE is refused, so a front-end cannot take the address space other
   /// connections need (sparse memfds of terabytes cost it nothing).
   uint64_t max_mapped_bytes = uint64_t{1} << 40;
+  /// The switch-wide cap on guest memory, summed over every connection (the owner's, shared
+  /// by its back-ends; vhost/memory_budget.h), or null for none. A SET_MEM_TABLE that does
+  /// not fit is refused before anything is mapped, as one over max_mapped_bytes is.
+  MemoryBudget* memory_budget = nullptr;
   /// What this connection's log lines start with ("{log_name}: memory table with ..."): the
   /// owner names its device here (a switch port gives "port NAME"), so the vhost layer needs
   /// nothing from the layers above it.
@@ -186,6 +191,9 @@ class Backend {
     return true;
   }
   uint64_t messages() const { return messages_; }
+  /// SET_MEM_TABLEs refused because the switch-wide cap (BackendOptions::memory_budget)
+  /// had no room for them, over every connection of this back-end.
+  uint64_t mem_tables_refused() const { return mem_refused_; }
   /// Live migration: the front-end set VHOST_F_LOG_ALL and gave a log (SET_LOG_BASE); every
   /// write into guest memory is then marked in it (virtio/dirty_log.h).
   bool logging() const { return log_ && virtio::has(features_, virtio::kFLogAll); }
@@ -268,6 +276,8 @@ class Backend {
   bool features_set_ = false;
   uint64_t proto_features_ = 0;
   std::unique_ptr<virtio::GuestMemory> mem_;
+  MemoryBudget::Share mem_share_;  ///< mem_'s bytes in opts_.memory_budget (empty: none)
+  uint64_t mem_refused_ = 0;
   Vring vrings_[kMaxVrings];
   uint32_t mtu_ = 0;
   uint8_t rarp_mac_[6] = {};

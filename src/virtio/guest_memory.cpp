@@ -163,6 +163,22 @@ bool GuestMemory::faulted() const {
   return false;
 }
 
+bool GuestMemory::table_bytes(const MemRegionDesc* r, uint32_t n, uint64_t* bytes,
+                              std::string* err) {
+  const GuestMemory probe;  // validate() reads no state of its own
+  if (!probe.validate(r, n, err)) return false;
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    // No overflow in a region's length: validate() checked offset + size + page.
+    const uint64_t in_page = r[i].mmap_offset & (page - 1);
+    const uint64_t len = (in_page + r[i].memory_size + page - 1) & ~(page - 1);
+    total = total + len < total ? UINT64_MAX : total + len;  // saturates
+  }
+  *bytes = total;
+  return true;
+}
+
 uint64_t GuestMemory::mapped_bytes() const {
   uint64_t t = 0;
   for (uint32_t i = 0; i < n_; ++i) t += regions_[i].map_len;

@@ -104,6 +104,12 @@ class GuestMemory {
   const MappedRegion& region(uint32_t i) const { return regions_[i]; }
   /// Bytes mapped in total (for the stats and the leak tests).
   uint64_t mapped_bytes() const;
+  /// Bytes build() would map for these regions (each from its offset's page, rounded up to
+  /// pages), checked as build() checks them first (false with `*err` for a table build()
+  /// refuses as invalid), without mapping anything: a switch-wide cap is checked before the
+  /// table is mapped (vhost/memory_budget.h).
+  static bool table_bytes(const MemRegionDesc* regions, uint32_t n, uint64_t* bytes,
+                          std::string* err);
   /// True if the front-end truncated a region's file under us and an access to it faulted
   /// (SigbusGuard replaced the page by a zero page): the connection must be dropped.
   bool faulted() const;

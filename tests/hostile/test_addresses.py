@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Hostile-peer scenarios: addresses and memory (items 7-9), memory tables replaced and memory
-truncated under traffic, huge regions. Ctest entry `hostile_addresses` (labels hostile, and
+truncated under traffic, huge regions; the switch-wide cap on guest memory (item 22, class
+MemoryCap). Ctest entries `hostile_addresses` and `hostile_memory_cap` (labels hostile, and
 asan in a sanitizer build); the harness is tests/hostile/harness.py, the front-end
 vltestlib.vhost_peer, the scenario list tests/hostile/README.md.
 
@@ -13,7 +14,7 @@ import struct
 import threading
 import time
 
-from harness import (MAC_A, MAC_B, MAC_C, Harness, HostileCase, main)
+from harness import (MAC_A, MAC_B, MAC_C, MAC_D, MAC_E, Harness, HostileCase, main)
 from vltestlib import vltest
 from vltestlib.vhost_peer import (DESC_NEXT, DESC_WRITE, HDR_LEN, RX, SET_MEM_TABLE,
     SET_VRING_ADDR, SET_VRING_ENABLE, TX, frame, Memory, Region, Ring, RxQueue, span_read,
@@ -300,6 +301,95 @@ class Addresses(HostileCase):
             self.assertEqual(self.h.ports()["c"]["mapped_bytes"], TB // 2 + (1 << 20))
         finally:
             os.close(fd)
+
+
+# =========================================================================================
+# Scenarios: the switch-wide cap on guest memory (item 22), with three big sparse tables
+# =========================================================================================
+
+BIG = 16 << 30  # a sparse memfd of 16 GiB per front-end: address space, no memory
+
+
+def big_memory():
+    return Memory([Region(BIG, 0x40000000, 0x7f1200000000)])
+
+
+@vltest.ctest("hostile_memory_cap", timeout=60, asan=True)
+class MemoryCap(HostileCase):
+    """--max-total-guest-memory 33 (GiB) fits the healthy pair's 4 MiB each and two tables
+    of 16 GiB, not three."""
+    PORTS = ("a", "b", "c", "d", "e")
+    SWITCH_ARGS = ("--max-total-guest-memory", "33")
+
+    def switch_memory(self):
+        return self.h.ctl("stats")["guest_memory"]
+
+    def big_table(self, g):
+        """A SET_MEM_TABLE of one 16 GiB region, its memfd closed with the front-end."""
+        m = big_memory()
+        payload, fds = g.mem_table(m.regions)
+        g.owned_fds.append(m.regions[0].fd)
+        m.regions[0].fd = -1
+        m.regions[0].mm.close()
+        return payload, fds
+
+    def test_01_third_big_table_refused_until_one_leaves(self):
+        """Item 22: c and d each map 16 GiB; e's table of 16 GiB does not fit under the cap:
+        an error reply (REPLY_ACK), counted in `ctl stats` (guest_memory.refused and e's
+        guest_memory_refused), e keeps its old table, c and d keep forwarding. Once c has
+        left, e's 16 GiB fit, and a replaced table is not counted twice."""
+        c = self.h.guest("c", mem=big_memory())
+        d = self.h.guest("d", mem=big_memory())
+        self.h.learn(c, MAC_C)
+        self.h.learn(d, MAC_D)
+        self.assertEqual(self.switch_memory()["mapped_bytes"], 2 * BIG + (8 << 20))
+        e = self.h.guest("e")  # the default 4 MiB table fits
+        mem0 = self.switch_memory()
+        payload, fds = self.big_table(e)
+        self.assertRefused(e.refused(SET_MEM_TABLE, payload, fds), "a third table of 16 GiB")
+        mem1 = self.switch_memory()
+        self.assertEqual(mem1["refused"], mem0["refused"] + 1)
+        self.assertEqual(mem1["mapped_bytes"], mem0["mapped_bytes"])
+        self.assertEqual(mem1["limit_bytes"], 33 << 30)
+        self.assertEqual(self.h.stats()["e"]["guest_memory_refused"], 1)
+        self.assertEqual(self.h.ports()["e"]["mapped_bytes"], 4 << 20)  # the old table kept
+        self.assertEqual(self.h.exchange(c, MAC_C, d, MAC_D), 8)
+        self.assertEqual(self.h.exchange(d, MAC_D, c, MAC_C), 8)
+        # c leaves: its 16 GiB are given back, and e's table fits.
+        c.close()
+        deadline = time.monotonic() + 5
+        while self.switch_memory()["mapped_bytes"] > BIG + (12 << 20) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        payload, fds = self.big_table(e)
+        self.assertEqual(e.request(SET_MEM_TABLE, payload, fds), 0)
+        self.assertEqual(self.switch_memory()["mapped_bytes"], 2 * BIG + (8 << 20))
+        # A full front-end on the freed room forwards with d; e's replaced 16 GiB table is
+        # given back when e goes (its port no longer counts it).
+        e.close()
+        deadline = time.monotonic() + 5
+        while self.switch_memory()["mapped_bytes"] > BIG + (8 << 20) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        e = self.h.guest("e", mem=big_memory())
+        self.h.learn(e, MAC_E)
+        self.assertEqual(self.h.exchange(d, MAC_D, e, MAC_E), 8)
+        self.assertEqual(self.h.exchange(e, MAC_E, d, MAC_D), 8)
+        self.assertEqual(self.switch_memory()["mapped_bytes"], 2 * BIG + (8 << 20))
+
+    def test_02_refusal_without_reply_ack_closes_only_that_connection(self):
+        """Item 22: without REPLY_ACK a table over the cap closes that connection only; the
+        others keep theirs and forward (Harness.after checks the healthy pair)."""
+        c = self.h.guest("c", mem=big_memory())
+        d = self.h.guest("d", mem=big_memory())
+        self.h.learn(c, MAC_C)
+        self.h.learn(d, MAC_D)
+        e = self.h.guest("e", protocol=0)
+        refused = self.switch_memory()["refused"]
+        payload, fds = self.big_table(e)
+        e.send(SET_MEM_TABLE, payload, fds)
+        self.assertClosed(e, 5, "over the switch-wide cap without REPLY_ACK")
+        self.assertEqual(self.switch_memory()["refused"], refused + 1)
+        self.assertEqual(self.h.exchange(c, MAC_C, d, MAC_D), 8)
+        self.assertEqual(self.h.ports()["c"]["mapped_bytes"], BIG)
 
 
 if __name__ == "__main__":

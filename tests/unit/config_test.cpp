@@ -105,6 +105,27 @@ TEST(ConfigToml, TxRetryGlobalAndPerPort) {
   EXPECT_EQ(port::VhostPortConfig{}.tx_retry_us, port::kDefaultTxRetryUs);
 }
 
+// The switch-wide cap on guest memory (vhost/memory_budget.h): 64 TiB unless set, in GiB,
+// 1 to 2^17.
+TEST(ConfigToml, MaxTotalGuestMemory) {
+  SwitchConfig c;
+  EXPECT_EQ(c.max_total_guest_memory, uint64_t{64} << 40);
+  std::string err;
+  const std::string f = write_toml("max_total_guest_memory_gib = 33\n");
+  ASSERT_TRUE(load_toml(f, &c, &err)) << err;
+  EXPECT_EQ(c.max_total_guest_memory, uint64_t{33} << 30);
+  std::remove(f.c_str());
+  for (const char* bad : {"max_total_guest_memory_gib = 0\n", "max_total_guest_memory_gib = 131073\n",
+                          "max_total_guest_memory_gib = \"1\"\n"}) {
+    const std::string b = write_toml(bad);
+    SwitchConfig c2;
+    EXPECT_FALSE(load_toml(b, &c2, &err)) << bad;
+    EXPECT_NE(err.find("max_total_guest_memory_gib"), std::string::npos) << err;
+    EXPECT_EQ(c2.max_total_guest_memory, uint64_t{64} << 40);
+    std::remove(b.c_str());
+  }
+}
+
 // Every top-level key of the TOML file lands in its setting (config.h load_toml lists them).
 TEST(ConfigToml, EveryTopLevelKey) {
   const std::string f = write_toml(
