@@ -24,21 +24,24 @@
 # (libFuzzer's covered edges and features, from the last status line); corpus (files and
 # bytes of corpus/ after the run, seeds not counted); new units (stat::new_units_added);
 # peak RSS (MB); crashes (artifacts this run wrote, named). A target whose log has no final
-# stats (killed, or it crashed before them) says so in the row.
+# stats (killed, or it crashed before them) says so in the row. Relative --build and --out
+# paths are taken from the checkout's top directory. The exit status is 0 when every target
+# ran, crashes or not: read the crashes column.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+need() { [[ $# -ge 2 && -n $2 ]] || { echo "run-long.sh: $1 takes a value (see --help)" >&2; exit 2; }; }
 seconds=600
 targets=""
 build=build-asan
 out=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --seconds) seconds=$2; shift 2 ;;
-    --targets) targets=${2//,/ }; shift 2 ;;
-    --build) build=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    --seconds) need "$@"; seconds=$2; shift 2 ;;
+    --targets) need "$@"; targets=${2//,/ }; shift 2 ;;
+    --build) need "$@"; build=$2; shift 2 ;;
+    --out) need "$@"; out=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run-long.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
