@@ -147,14 +147,25 @@ struct Reply {
   std::string text;
 };
 
-/// Checks the reply's framing and shape (exactly ok+result or ok+error).
+/// Checks the reply's framing and shape: exactly ok+result or ok+error, except that an ok
+/// `fdb` reply also carries total, shown and truncated (shown = the list's length,
+/// truncated = shown < total).
 Reply parse_reply(const std::string& text) {
   if (text.empty() || text.back() != '\n' || text.find('\n') != text.size() - 1)
     die("the reply is not one line", text);
   const Json r = Json::parse(text.substr(0, text.size() - 1), nullptr, false);
-  if (r.is_discarded() || !r.is_object() || r.size() != 2 || !r.contains("ok") ||
+  const bool fdb_shape = r.is_object() && r.size() == 5 && r.contains("total") &&
+                         r.contains("shown") && r.contains("truncated");
+  if (r.is_discarded() || !r.is_object() || (r.size() != 2 && !fdb_shape) || !r.contains("ok") ||
       !r["ok"].is_boolean())
     die("the reply is not {ok, result} or {ok, error}", text);
+  if (fdb_shape) {
+    if (!r["ok"].get<bool>() || !r.contains("result") || !r["result"].is_array() ||
+        !r["total"].is_number_unsigned() || !r["shown"].is_number_unsigned() ||
+        !r["truncated"].is_boolean() || r["shown"].get<uint64_t>() != r["result"].size() ||
+        r["truncated"].get<bool>() != (r["shown"].get<uint64_t>() < r["total"].get<uint64_t>()))
+      die("an fdb reply whose total, shown and truncated disagree with its list", text);
+  }
   Reply out{r["ok"].get<bool>(), {}, {}, text};
   if (out.ok) {
     if (!r.contains("result")) die("an ok reply without result", text);
