@@ -108,8 +108,9 @@ struct Vring {
     base_set = true;
     parked = false;
   }
-  /// Takes the queue down forgetting its position: for SET_VRING_BASE (the front-end says
-  /// where to resume), a new ring size or layout (the old position means nothing there).
+  /// Takes the queue down without keeping its position: for SET_VRING_BASE (the front-end
+  /// says where to resume) and a new connection. (A new size or layout goes through park():
+  /// start_base() then starts the ring anew.)
   void detach() {
     q.detach();
     pq.detach();
