@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "util/clock.h"
+#include "util/thread_sched.h"
 #include "virtio/virtio_defs.h"
 
 namespace vl::app {
@@ -31,6 +32,16 @@ port::CounterSnapshot sum_counters(const SwitchView& sw, uint32_t p) {
   return s;
 }
 
+/// What the scheduler says of a PMD thread (util/thread_sched.h), null if unreadable.
+control::Json sched_json(int tid) {
+  ThreadSched ts;
+  if (!read_thread_sched(tid, &ts)) return nullptr;
+  return {{"cpu_ns", ts.cpu_ns},
+          {"wait_ns", ts.wait_ns},
+          {"voluntary_switches", ts.voluntary},
+          {"involuntary_switches", ts.involuntary}};
+}
+
 /// Adds "queues": per queue pair enabled/ready flags, counters, lock and self-check
 /// counters of `port` to its stats object.
 void add_queues(const SwitchView& sw, uint32_t port, control::Json* out) {
@@ -38,9 +49,12 @@ void add_queues(const SwitchView& sw, uint32_t port, control::Json* out) {
   const vhost::Backend& b = p.backend();
   const port::PortDp& d = p.dp();
   control::Json qs = control::Json::array();
+  uint64_t rx_calls = 0, tx_calls = 0;
   for (uint32_t q = 0; q < b.queue_pairs(); ++q) {
     const vhost::Vring& rx = b.vring(vhost::rx_vring(q));
     const vhost::Vring& tx = b.vring(vhost::tx_vring(q));
+    tx_calls += rx.calls();
+    rx_calls += tx.calls();
     uint64_t rxp = 0, rxb = 0, txp = 0, txb = 0, nobuf = 0, handed = 0;
     for (const auto& t : sw.pmds.threads()) {
       const port::QueueCounters& c = t->forwarder().queue_counters(port, q);
@@ -78,6 +92,10 @@ void add_queues(const SwitchView& sw, uint32_t port, control::Json* out) {
                   {"tx_packets", txp},
                   {"tx_bytes", txb},
                   {"no_rx_buffer", nobuf},
+                  // Used-buffer notifications (call fd writes) for the guest's receive and
+                  // transmit queue of this pair (the switch's view, like rx/tx above).
+                  {"tx_calls", rx.calls()},
+                  {"rx_calls", tx.calls()},
                   {"rx_writer_pmd", writer},
                   {"rx_handoff_target", handed_to},
                   {"handoff_packets", handed},
@@ -87,6 +105,8 @@ void add_queues(const SwitchView& sw, uint32_t port, control::Json* out) {
                   {"last_tx_thread", static_cast<int>(ts.last_thread.load(std::memory_order_relaxed))}});
   }
   (*out)["queues"] = qs;
+  (*out)["rx_calls"] = rx_calls;
+  (*out)["tx_calls"] = tx_calls;
 }
 
 /// Adds queue_age_max_ns and queue_age_histogram of output `port` to its stats object.
@@ -311,7 +331,10 @@ control::Json pmd_stats_json(const SwitchView& sw) {
                                                       : 0.0},
                    {"rxqs", names},
                    {"rxq_loads", rxqs},
-                   {"flush_check_gap_max_ns", t->forwarder().check_gap_max_ns()}});
+                   {"flush_check_gap_max_ns", t->forwarder().check_gap_max_ns()},
+                   {"spin_preempted", t->spin_preempted()},
+                   {"spin_window_ns", t->spin_window_ns()},
+                   {"sched", sched_json(t->tid())}});
   }
   return out;
 }

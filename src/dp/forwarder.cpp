@@ -439,6 +439,14 @@ void Forwarder::flush_all() {
   publish_senders();
 }
 
+bool Forwarder::flush_before_sleep() {
+  for (uint64_t m = held_; m; m &= m - 1)
+    flush_port(static_cast<uint32_t>(std::countr_zero(m)), 0, true);
+  gap_fresh_ = true;
+  publish_senders();
+  return held_ != 0;
+}
+
 void Forwarder::release_paused() {
   for (uint64_t m = held_ | live_src_; m; m &= m - 1) {
     if (!tables_->ports[std::countr_zero(m)]->active()) {

@@ -104,8 +104,13 @@ class Forwarder {
   void end_pass() {
     if (held_) flush_due();
   }
-  /// Delivers every queue (before sleeping, when stopping).
+  /// Delivers every queue (when stopping, at a pause, before rxqs move).
   void flush_all();
+  /// Before sleeping: delivers every queue as a due flush would, so frames that find their
+  /// receive queue full stay queued for a retry while younger than its tx_retry_ns (a
+  /// sleep must not drop them sooner than polling would). Returns true if frames remain
+  /// queued: the thread must keep polling until they are delivered or dropped.
+  bool flush_before_sleep();
   /// After a quiescent point: delivers every queue if one of the ports it involves (as
   /// sender or receiver) has paused, so that the control thread may change that port
   /// after the next quiescent point (dp/pmd.h).

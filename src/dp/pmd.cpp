@@ -3,6 +3,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -42,7 +43,8 @@ constexpr uint64_t kWakeKey = 0xffffffffffffffffull;
 PmdThread::PmdThread(uint32_t index, int cpu, SwitchTables* t, PmdOptions opts,
                      RxqLoad (*load)[port::kMaxQueuePairs])
     : index_(index), cpu_(cpu), tables_(t), opts_(opts),
-      fw_(std::make_unique<Forwarder>(t, &tsc_now_ns, index)), load_(load) {
+      fw_(std::make_unique<Forwarder>(t, &tsc_now_ns, index)), load_(load),
+      idle_(uint64_t{opts.idle_us} * 1000) {
   epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
   wake_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   epoll_event ev{};
@@ -146,8 +148,10 @@ void PmdThread::unwatch_kick(int fd) { epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd
 
 bool PmdThread::try_sleep() {
   // Nothing waits in an intermediate queue while this thread sleeps (dp/flush.h), and a
-  // sleeping thread holds nothing of any port (it counts as quiescent).
-  fw_->flush_all();
+  // sleeping thread holds nothing of any port (it counts as quiescent). Frames waiting for
+  // room in a full receive queue keep the thread polling until they are delivered or their
+  // tx_retry_us is up: a sleep would otherwise drop them at once.
+  if (fw_->flush_before_sleep()) return false;
   // Ask every queue for a kick, then look once more: a frame that arrived in between
   // would otherwise wait for the next kick.
   bool pending = false;
@@ -189,10 +193,10 @@ void PmdThread::run() {
     if (rc != 0) spdlog::warn("pmd {}: cannot pin to cpu {}: {}", index_, cpu_, strerror(rc));
   }
   pthread_setname_np(pthread_self(), fmt::format("vl-pmd{}", index_).c_str());
+  tid_.store(static_cast<int>(gettid()), std::memory_order_relaxed);
   spdlog::info("pmd {}: {} mode on cpu {}, {} rxq(s)", index_, pmd_mode_name(opts_.mode),
                cpu_ >= 0 ? std::to_string(cpu_) : std::string("any"), nrxqs_);
   start_tsc_.store(rdtsc(), std::memory_order_relaxed);
-  uint64_t idle_since = 0;
   bool kicks_on = true;  // a ring starts with kicks enabled (used flags 0, avail_event 0)
   uint64_t seen_gen = 0;
   while (!stop_.load(std::memory_order_relaxed)) {
@@ -207,6 +211,9 @@ void PmdThread::run() {
       seen_gen = gen;
       kicks_on = true;
     }
+    // Adaptive mode's clock (idle_policy.h): the pass's start, so a long burst is not
+    // mistaken for time off the CPU.
+    const uint64_t pass_ns = opts_.mode == PmdMode::kAdaptive ? tsc_now_ns() : 0;
     const uint64_t t0 = rdtsc();
     uint32_t got = 0;
     uint64_t tprev = t0;
@@ -236,7 +243,7 @@ void PmdThread::run() {
       packets_.store(packets_.load(std::memory_order_relaxed) + got, std::memory_order_release);
     }
     if (got || handed || opts_.mode == PmdMode::kPoll) {
-      idle_since = 0;
+      if (opts_.mode == PmdMode::kAdaptive) idle_.busy(pass_ns);
       if (kicks_on) {  // while polling, the driver need not kick (saves it a syscall a burst)
         for (uint32_t i = 0; i < nrxqs_; ++i) {
           port::Port* vp = tables_->ports[rxqs_[i].port];
@@ -251,12 +258,13 @@ void PmdThread::run() {
       case PmdMode::kPoll: __builtin_ia32_pause(); break;
       case PmdMode::kInterrupt: kicks_on = true; try_sleep(); break;
       case PmdMode::kAdaptive: {
-        const uint64_t now = mono_ns();
-        if (!idle_since) idle_since = now;
-        if (now - idle_since >= uint64_t{opts_.idle_us} * 1000) {
+        const uint64_t now = tsc_now_ns();
+        const bool sleep = idle_.idle(now);
+        spin_preempted_.store(idle_.preemptions(), std::memory_order_relaxed);
+        if (sleep) {
           kicks_on = true;
-          try_sleep();
-          idle_since = 0;
+          if (try_sleep()) idle_.slept(now, tsc_now_ns());
+          spin_window_ns_.store(idle_.window_ns(), std::memory_order_relaxed);
         } else {
           __builtin_ia32_pause();
         }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dp/forwarder.h"
+#include "dp/idle_policy.h"
 #include "port/port.h"
 #include "util/fd.h"
 
@@ -58,7 +59,9 @@ const char* pmd_mode_name(PmdMode m);
 
 struct PmdOptions {
   PmdMode mode = PmdMode::kPoll;
-  uint32_t idle_us = 200;  ///< adaptive: idle time before sleeping (microseconds)
+  /// adaptive: the longest spin before sleeping (us); the window itself adapts between 0
+  /// and this (dp/idle_policy.h)
+  uint32_t idle_us = 200;
   RxqAssign rxq_assign = RxqAssign::kRoundRobin;
   /// --pmd-rx-writers: `follow` (true) moves a port's receive-queue writer to the thread
   /// that sends it most (PmdSet::place_rx_writers); `fixed` (default) keeps the initial
@@ -109,6 +112,12 @@ class PmdThread {
   /// Busy and idle passes, and sleeps, for pmd-stats.
   uint64_t busy_passes() const { return busy_passes_.load(std::memory_order_relaxed); }
   uint64_t sleeps() const { return sleeps_.load(std::memory_order_relaxed); }
+  /// Adaptive mode: spins cut short because the thread was off its CPU, and the current
+  /// spin window in ns (dp/idle_policy.h); 0 in the other modes.
+  uint64_t spin_preempted() const { return spin_preempted_.load(std::memory_order_relaxed); }
+  uint64_t spin_window_ns() const { return spin_window_ns_.load(std::memory_order_relaxed); }
+  /// The kernel thread id (for /proc/self/task/TID/schedstat), 0 before it runs.
+  int tid() const { return tid_.load(std::memory_order_relaxed); }
   /// TSC cycles spent in passes that forwarded something, and the chains they took:
   /// their ratio is the thread's cycles per packet (like OVS pmd-stats-show).
   uint64_t busy_cycles() const { return busy_cycles_.load(std::memory_order_relaxed); }
@@ -146,6 +155,9 @@ class PmdThread {
   std::atomic<bool> sleeping_{false};
   uint64_t watchdog_passes_ = ~0ull;  ///< passes() at the previous check_stuck()
   std::atomic<uint64_t> busy_passes_{0}, sleeps_{0}, busy_cycles_{0}, packets_{0};
+  AdaptiveIdle idle_;  ///< adaptive mode's sleep decision (thread only)
+  std::atomic<uint64_t> spin_preempted_{0}, spin_window_ns_{0};
+  std::atomic<int> tid_{0};
 };
 
 /// All PMD threads of a switch; implements the ports' quiescence contract.

@@ -46,6 +46,8 @@ class DeviceRingBase {
   /// (counter full, non-blocking) is ignored: the driver has a notification pending.
   void signal() {
     if (call_fd_ < 0) return;
+    // Counted before the write (a system call anyway): single writer, relaxed.
+    __atomic_store_n(&calls_, __atomic_load_n(&calls_, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
     if (eventfd_write(call_fd_, 1) != 0 && errno == EINTR) [[unlikely]] {
       call_fd_ = -1;
       broken_ = true;
@@ -56,6 +58,9 @@ class DeviceRingBase {
   /// front-end (the port drops the connection). Sticky: survives attach(), so re-setting
   /// the ring does not clear it; only a new queue object (a new connection) does.
   bool call_blocked() const { return __atomic_load_n(&call_blocked_, __ATOMIC_ACQUIRE); }
+  /// Used-buffer notifications sent (call fd writes), for the life of this queue object;
+  /// any thread may read it.
+  uint64_t calls() const { return __atomic_load_n(&calls_, __ATOMIC_RELAXED); }
 
  protected:
   /// attach()'s common part: the memory, size and ring features; the queue works again.
@@ -78,6 +83,7 @@ class DeviceRingBase {
   bool indirect_ = false;   ///< VIRTIO_RING_F_INDIRECT_DESC negotiated
   bool broken_ = false;
   bool call_blocked_ = false;  ///< see call_blocked(); written by a PMD thread
+  uint64_t calls_ = 0;         ///< see calls(); written by the queue's writer thread
   int call_fd_ = -1;
   DirtyLog* log_ = nullptr;  ///< live migration: set_dirty_log() of each layout
 };
