@@ -27,11 +27,13 @@ what the bench is for. Bridges and tap devices are removed on every exit path.
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
 
 import _pylib  # noqa: F401  (puts pylib/ on sys.path)
+import guest_cost
 import report
 from vltestlib import vlguest, vltest
 
@@ -160,18 +162,21 @@ def parse_run(cmd, status, out):
     return p, float(m.group(4)), int(t.group(1)) / 1000.0
 
 
-def guest_runs(opts, g1, g2):
-    """Warm-up, then every run g1 -> g2. Yields (kind, parsed, mdev ms, ping's time s)."""
+def guest_runs(opts, tb, g1, g2):
+    """Warm-up, then every run g1 -> g2. Yields (kind, parsed, mdev ms, ping's time s,
+    cost) with the run's cost to the guests and the switch (guest_cost.py)."""
     g1.run("ip neigh replace %s lladdr %s dev eth0 nud permanent" % (g2.addr, MAC2))
     g2.run("ip neigh replace %s lladdr %s dev eth0 nud permanent" % (g1.addr, MAC1))
     g1.run("ping -c 5 -i 0.2 -W 2 %s" % g2.addr, timeout=30)
     for kind, args, count in ping_cmds(opts):
         cmd = "ping %s %s" % (args, g2.addr)
+        before = guest_cost.sample(tb, [g1, g2])
         status, out = g1.run(cmd, timeout=60 + count * 0.05, check=False)
-        yield (kind,) + parse_run(cmd, status, out)
+        c = guest_cost.cost(before, guest_cost.sample(tb, [g1, g2]))
+        yield (kind,) + parse_run(cmd, status, out) + (c,)
 
 
-def make_row(path, switch, mode, pmd_mode, kind, p, mdev, dt, opts):
+def make_row(path, switch, mode, pmd_mode, kind, p, mdev, dt, cost, repeat, opts):
     ns = lambda ms: int(round(ms * 1e6))  # noqa: E731
     mn, avg, mx = p["rtt"]
     return report.row(
@@ -182,14 +187,17 @@ def make_row(path, switch, mode, pmd_mode, kind, p, mdev, dt, opts):
         ping={"kind": kind, "count": p["tx"],
               "interval_s": opts.interval if kind == "interval" else 0,
               "preload": 120 if kind == "flood-1024" else None, "tx": p["tx"], "rx": p["rx"],
-              "loss_percent": p["loss"], "mdev_ns": ns(mdev)})
+              "loss_percent": p["loss"], "mdev_ns": ns(mdev)},
+        cost=cost, repeat=repeat)
 
 
-def record(rows, errors, path, switch, mode, pmd_mode, runs, opts):
-    for kind, p, mdev, dt in runs:
-        log("[ping %s %s] %s, mdev %.3f ms, ping time %.2f s" % (path, kind, vlguest.fmt_ping(p),
-                                                                  mdev, dt))
-        rows.append(make_row(path, switch, mode, pmd_mode, kind, p, mdev, dt, opts))
+def record(rows, errors, path, switch, mode, pmd_mode, runs, repeat, opts):
+    for kind, p, mdev, dt, cost in runs:
+        log("[ping %s %s #%d] %s, mdev %.3f ms, ping time %.2f s; cost: %s" % (
+            path, kind, repeat + 1, vlguest.fmt_ping(p), mdev, dt,
+            guest_cost.cost_columns(cost) if cost else "-"))
+        rows.append(make_row(path, switch, mode, pmd_mode, kind, p, mdev, dt, cost, repeat,
+                             opts))
 
 
 def failed(errors, path, e):
@@ -201,24 +209,27 @@ def failed(errors, path, e):
 def bench_virtlink(opts, rows, errors):
     with vlguest.GuestTestbed(None) as tb:
         g1 = g2 = None
-        for mode, cores in VIRTLINK_MODES:
-            path = "virtlink-" + mode
-            try:
-                if tb.switch is not None:
-                    tb.stop_switch()
-                tb.start_switch(ports=["vm1", "vm2"], forward="bridge", pmd_cores=cores,
-                                extra=["--pmd-mode", mode])
-                if g1 is None:
-                    g1 = tb.start_guest("g1", "vm1", IP1, mac=MAC1)
-                    g2 = tb.start_guest("g2", "vm2", IP2, mac=MAC2)
-                    vlguest.wait_all_ready([g1, g2], timeout=180)
-                tb.wait_connected(["vm1", "vm2"], timeout=30)
-                record(rows, errors, path, "virtlink", "bridge", mode, guest_runs(opts, g1, g2),
-                       opts)
-            except (RuntimeError, AssertionError, vltest.TestTimeout) as e:
-                failed(errors, path, e)
-                if g1 is None or not (g1.alive() and g2.alive()):
-                    break
+        for r in range(opts.repeat):
+            for mode, cores in VIRTLINK_MODES:
+                if mode not in opts.modes:
+                    continue
+                path = "virtlink-" + mode
+                try:
+                    if tb.switch is not None:
+                        tb.stop_switch()
+                    tb.start_switch(ports=["vm1", "vm2"], forward="bridge", pmd_cores=cores,
+                                    extra=["--pmd-mode", mode] + opts.switch_args)
+                    if g1 is None:
+                        g1 = tb.start_guest("g1", "vm1", IP1, mac=MAC1)
+                        g2 = tb.start_guest("g2", "vm2", IP2, mac=MAC2)
+                        vlguest.wait_all_ready([g1, g2], timeout=180)
+                    tb.wait_connected(["vm1", "vm2"], timeout=30)
+                    record(rows, errors, path, "virtlink", "bridge", mode,
+                           guest_runs(opts, tb, g1, g2), r, opts)
+                except (RuntimeError, AssertionError, vltest.TestTimeout) as e:
+                    failed(errors, path, e)
+                    if g1 is None or not (g1.alive() and g2.alive()):
+                        return
 
 
 def bench_qemu_userspace(opts, rows, errors):
@@ -228,8 +239,9 @@ def bench_qemu_userspace(opts, rows, errors):
             g1 = tb.start_guest("g1", "unused1", IP1, mac=MAC1, extra=["--tap", lb.taps[0]])
             g2 = tb.start_guest("g2", "unused2", IP2, mac=MAC2, extra=["--tap", lb.taps[1]])
             vlguest.wait_all_ready([g1, g2], timeout=180)
-            record(rows, errors, path, "qemu-userspace", "linux-bridge", None,
-                   guest_runs(opts, g1, g2), opts)
+            for r in range(opts.repeat):
+                record(rows, errors, path, "qemu-userspace", "linux-bridge", None,
+                       guest_runs(opts, tb, g1, g2), r, opts)
     except (RuntimeError, AssertionError, vltest.TestTimeout) as e:
         failed(errors, path, e)
 
@@ -239,30 +251,57 @@ def bench_native(opts, rows, errors):
     try:
         with NetnsPair(str(os.getpid() % 10000)) as nn:
             nn.exec(0, ["ping", "-c", "3", "-i", "0.2", nn.addr[1]], timeout=30)
-            runs = []
-            for kind, args, count in ping_cmds(opts):
-                argv = ["ping"] + args.split() + [nn.addr[1]]
-                r = nn.exec(0, argv, timeout=60 + count * 0.05)
-                runs.append((kind,) + parse_run(" ".join(argv), r.returncode, r.stdout + r.stderr))
-            record(rows, errors, path, "none", "veth", None, runs, opts)
+            for r in range(opts.repeat):
+                runs = []
+                for kind, args, count in ping_cmds(opts):
+                    argv = ["ping"] + args.split() + [nn.addr[1]]
+                    res = nn.exec(0, argv, timeout=60 + count * 0.05)
+                    runs.append((kind,) + parse_run(" ".join(argv), res.returncode,
+                                                    res.stdout + res.stderr) + (None,))
+                record(rows, errors, path, "none", "veth", None, runs, r, opts)
     except (RuntimeError, AssertionError, OSError, subprocess.TimeoutExpired) as e:
         failed(errors, path, e)
 
 
-def table(rows):
-    lines = ["%-20s %-11s %9s %9s %9s %9s %6s %10s %11s %11s" % (
-        "path", "run", "min us", "avg us", "max us", "mdev us", "loss", "time s",
-        "avg/native", "avg/qemu-us")]
+def summarize(rows):
+    """One line per (path, run kind) over the repeats: min of the mins, median of the
+    averages, max of the maxima, median mdev and time, loss over every ping sent, and the
+    median cost (drops summed)."""
+    groups = {}
     for r in rows:
-        t, kind = r["rtt_ns"], r["ping"]["kind"]
-        ref = lambda path: next((x["rtt_ns"]["avg"] for x in rows if x["path"] == path  # noqa: E731
-                                 and x["ping"]["kind"] == kind), None)
+        groups.setdefault((r["path"], r["ping"]["kind"]), []).append(r)
+    out = []
+    for (path, kind), rs in groups.items():
+        med = guest_cost.median
+        tx = sum(r["ping"]["tx"] for r in rs)
+        rx = sum(r["ping"]["rx"] for r in rs)
+        costs = [r["cost"] for r in rs if r.get("cost")]
+        out.append({"path": path, "kind": kind, "repeats": len(rs),
+                    "min": min(r["rtt_ns"]["min"] for r in rs),
+                    "avg": med([r["rtt_ns"]["avg"] for r in rs]),
+                    "max": max(r["rtt_ns"]["max"] for r in rs),
+                    "mdev": med([r["ping"]["mdev_ns"] for r in rs]),
+                    "time": med([r["duration_s"] for r in rs]),
+                    "tx": tx, "rx": rx, "loss": round(100.0 * (tx - rx) / tx, 2) if tx else 0,
+                    "cost": guest_cost.median_cost(costs) if costs else None})
+    return out
+
+
+def table(rows):
+    summary = summarize(rows)
+    lines = ["%-20s %-11s %3s %9s %9s %9s %9s %6s %7s %8s %8s %s" % (
+        "path", "run", "n", "min us", "avg us", "max us", "mdev us", "loss", "time s",
+        "/native", "/qemu-us", guest_cost.COST_HEADER)]
+    for s in summary:
+        ref = lambda path: next((x["avg"] for x in summary if x["path"] == path  # noqa: E731
+                                 and x["kind"] == s["kind"]), None)
         nat, qus = ref("native"), ref("qemu-userspace")
-        lines.append("%-20s %-11s %9.1f %9.1f %9.1f %9.1f %5g%% %10.2f %11s %11s" % (
-            r["path"], kind, t["min"] / 1e3, t["avg"] / 1e3, t["max"] / 1e3,
-            r["ping"]["mdev_ns"] / 1e3, r["ping"]["loss_percent"], r["duration_s"],
-            "%.2fx" % (t["avg"] / nat) if nat else "-",
-            "%.2fx" % (t["avg"] / qus) if qus else "-"))
+        lines.append("%-20s %-11s %3d %9.1f %9.1f %9.1f %9.1f %5g%% %7.2f %8s %8s %s" % (
+            s["path"], s["kind"], s["repeats"], s["min"] / 1e3, s["avg"] / 1e3, s["max"] / 1e3,
+            s["mdev"] / 1e3, s["loss"], s["time"],
+            "%.2fx" % (s["avg"] / nat) if nat else "-",
+            "%.2fx" % (s["avg"] / qus) if qus else "-",
+            guest_cost.cost_columns(s["cost"]) if s["cost"] else ""))
     return lines
 
 
@@ -287,8 +326,21 @@ def main(argv):
     ap.add_argument("--runs", default="interval,flood,flood-1024",
                     help="interval (-i), flood (-f, 56 B), flood-1024 (-s 1024 -l 120 -f)")
     ap.add_argument("--paths", default="virtlink,qemu-userspace,native",
-                    help="virtlink (its three PMD modes), qemu-userspace, native")
+                    help="virtlink (its PMD modes), qemu-userspace, native")
+    ap.add_argument("--modes", default="poll,interrupt,adaptive",
+                    help="virtlink PMD modes, each a path (poll,interrupt,adaptive)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs of every path and kind; the table gives medians (1)")
+    ap.add_argument("--switch-args", default="",
+                    help="more `virtlink switch` options for the virtlink paths, one string")
     opts = ap.parse_args(argv)
+    if opts.repeat < 1:
+        ap.error("--repeat: at least 1")
+    opts.modes = [m.strip() for m in opts.modes.split(",")]
+    opts.switch_args = shlex.split(opts.switch_args)
+    unknown = set(opts.modes) - {m for m, _ in VIRTLINK_MODES}
+    if unknown:
+        ap.error("--modes: unknown %s (poll, interrupt, adaptive)" % ", ".join(sorted(unknown)))
     vltest.VIRTLINK = os.path.abspath(opts.virtlink)
     if opts.count is None:
         opts.count = 200 if opts.quick else 1000
@@ -315,14 +367,23 @@ def main(argv):
     note = ("iputils ping in guest g1 to g2 (native: namespace a to b), after 5 warm-up "
             "pings, static neighbour entries. interval: `ping -q -c %d -i %g`; flood: "
             "`ping -q -f -c %d` (56 B); flood-1024: `ping -q -s 1024 -l 120 -f -c %d`. "
-            "min/avg/max/mdev and time (the run's total) as ping reports them; avg/native, "
-            "avg/qemu-us: this run's avg RTT over the native and qemu-userspace paths' for "
-            "the same run. Guests run under TCG (no KVM), so emulation dominates every RTT."
+            "n: runs (--repeat); min and max over them, avg, mdev and time (ping's total) "
+            "their medians, loss over every ping sent; /native, /qemu-us: the median avg "
+            "RTT over the native and qemu-userspace paths'. Cost (medians; bench/"
+            "guest_cost.py): sw cpu s, the switch process's CPU time in the run; vm cpu s, "
+            "both QEMUs'; kicks/MB and irqs/MB, the notifications the guests' drivers sent "
+            "and the virtio interrupts they took, per MB the guests sent; notif/frm, both per "
+            "frame sent; drops, the switch's by reason and replies the guests could not "
+            "send (ICMP OutErrors), summed over the runs. Guests run under TCG (no KVM), so "
+            "emulation dominates every RTT."
             % (opts.count, opts.interval, opts.flood, opts.flood))
     report.print_guest_report("ping", version, anchors["qemu"], command, CORE_PLAN, load0, load1,
                               table(rows), note, errors, t0, opts.json, rows, anchors,
                               method={"count": opts.count, "interval_s": opts.interval,
-                                  "flood": opts.flood, "runs": opts.runs, "note": note})
+                                  "flood": opts.flood, "runs": opts.runs, "repeat": opts.repeat,
+                                  "modes": opts.modes, "switch_args": opts.switch_args,
+                                  "note": note},
+                              summary=summarize(rows))
     if opts.json:
         print("wrote " + opts.json)
     return 1 if (errors and not rows) else 0

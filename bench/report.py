@@ -323,7 +323,7 @@ def plot_latency_cdf(hists, path, title):
 
 
 def print_guest_report(bench, version, qemu, command, core_plan, load0, load1, table_lines,
-                       note, errors, t0, json_path, rows, anchors, method):
+                       note, errors, t0, json_path, rows, anchors, method, summary=None):
     """The end of a guest bench (ping, tcp): header, core plan, load, table, note, what was
     not measured and the time taken; then the bench JSON when `json_path` is set."""
     print("virtlink bench %s   (%s, %s, %s)" % (bench, time.strftime("%Y-%m-%d %H:%M"),
@@ -338,6 +338,7 @@ def print_guest_report(bench, version, qemu, command, core_plan, load0, load1, t
         print("not measured: " + e)
     print("took %.0f s" % (time.time() - t0))
     if json_path:
+        extra = {"summary": summary} if summary is not None else {}
         write_json(json_path, command, version, core_plan, rows, anchors=anchors, errors=errors,
-                   load_average={"start": load0, "end": load1}, method=method)
+                   load_average={"start": load0, "end": load1}, method=method, **extra)
 

@@ -22,10 +22,12 @@ the receiver's: iperf3's sum_received bits_per_second. Guests run under TCG, so 
 import argparse
 import contextlib
 import os
+import shlex
 import subprocess
 import time
 
 import _pylib  # noqa: F401  (puts pylib/ on sys.path)
+import guest_cost
 import ping_bench
 import report
 from ping_bench import MAC1, MAC2, IP1, IP2, LinuxBridge, NetnsPair, log
@@ -59,12 +61,13 @@ def guest_iperf(g1, g2, streams, seconds):
 
 
 def make_row(path, switch, mode, offloads, streams, seconds, mbps, sent, received, retr,
-             pmd_mode=None):
+             pmd_mode=None, cost=None, repeat=0):
     return report.row(
         experiment="tcp", topology="netns" if path == "native" else "guest", switch=switch,
         mode=mode, pmd_mode=pmd_mode, path=path, offloads=offloads, streams=streams,
         trial_s=seconds, throughput_mbps=round(mbps, 1),
-        iperf3={"sent_bytes": sent, "received_bytes": received, "retransmits": retr})
+        iperf3={"sent_bytes": sent, "received_bytes": received, "retransmits": retr},
+        cost=cost, repeat=repeat)
 
 
 def run_guest_pair(opts, rows, errors, path, offloads, switch_extra=None, net_extra=(),
@@ -93,13 +96,18 @@ def run_guest_pair(opts, rows, errors, path, offloads, switch_extra=None, net_ex
             g2.run("ip neigh replace %s lladdr %s dev eth0 nud permanent" % (g1.addr, MAC1))
             g1.run("ping -c 3 -i 0.2 -W 2 %s" % g2.addr, timeout=30)
             sw = "virtlink" if tb.switch is not None else "qemu-userspace"
-            for streams in opts.streams:
-                mbps, sent, received, retr = guest_iperf(g1, g2, streams, opts.seconds)
-                log("[tcp %s offloads %s -P %d] %.1f Mbit/s (sent %d B, received %d B, "
-                    "%d retransmits)" % (path, offloads, streams, mbps, sent, received, retr))
-                rows.append(make_row(path, sw, "bridge" if sw == "virtlink" else "linux-bridge",
-                                     offloads, streams, opts.seconds, mbps, sent, received,
-                                     retr, pmd_mode=pmd_mode))
+            for r in range(opts.repeat):
+                for streams in opts.streams:
+                    before = guest_cost.sample(tb, [g1, g2])
+                    mbps, sent, received, retr = guest_iperf(g1, g2, streams, opts.seconds)
+                    c = guest_cost.cost(before, guest_cost.sample(tb, [g1, g2]))
+                    log("[tcp %s offloads %s -P %d #%d] %.1f Mbit/s (sent %d B, received %d B, "
+                        "%d retransmits); cost: %s" % (path, offloads, streams, r + 1, mbps, sent,
+                                                       received, retr, guest_cost.cost_columns(c)))
+                    rows.append(make_row(path, sw, "bridge" if sw == "virtlink" else
+                                         "linux-bridge", offloads, streams, opts.seconds, mbps,
+                                         sent, received, retr, pmd_mode=pmd_mode, cost=c,
+                                         repeat=r))
             if tb.switch is not None:
                 st = tb.switch_stats()
                 log("[tcp %s offloads %s] switch: features vm1 %s; offload vm1 %s vm2 %s; "
@@ -117,13 +125,13 @@ def run_guest_pair(opts, rows, errors, path, offloads, switch_extra=None, net_ex
 
 def bench_virtlink(opts, rows, errors):
     for mode in opts.modes:
-        for offloads in ("on", "off"):
+        for offloads in opts.offloads:
             run_guest_pair(opts, rows, errors, "virtlink-" + mode, offloads, pmd_mode=mode,
-                           switch_extra=["--pmd-mode", mode, "--offloads", offloads])
+                           switch_extra=["--pmd-mode", mode, "--offloads", offloads] + opts.switch_args)
 
 
 def bench_qemu_userspace(opts, rows, errors):
-    for offloads in ("on", "off"):
+    for offloads in opts.offloads:
         run_guest_pair(opts, rows, errors, "qemu-userspace", offloads,
                        net_extra=[] if offloads == "on" else ["--extra-net-args",
                                                                QEMU_OFFLOADS_OFF])
@@ -134,14 +142,14 @@ def bench_native(opts, rows, errors):
     path = "native"
     try:
         with NetnsPair(str(os.getpid() % 10000)) as nn:
-            for offloads in ("on", "off"):
+            for offloads in opts.offloads:
                 for i in (0, 1):
                     feats = "on" if offloads == "on" else "off"
                     r = nn.exec(i, ["ethtool", "-K", nn.dev[i], "tx", feats, "sg", feats, "tso",
                                     feats, "gso", feats, "gro", feats])
                     if r.returncode != 0:
                         raise RuntimeError("ethtool -K: " + r.stderr.strip())
-                for streams in opts.streams:
+                for r, streams in [(r, n) for r in range(opts.repeat) for n in opts.streams]:
                     srv = subprocess.Popen(["ip", "netns", "exec", nn.ns[1], "iperf3", "-s", "-1"],
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     try:
@@ -159,28 +167,51 @@ def bench_native(opts, rows, errors):
                         srv.wait()
                     log("[tcp native offloads %s -P %d] %.1f Mbit/s" % (offloads, streams, mbps))
                     rows.append(make_row(path, "none", "veth", offloads, streams, opts.seconds,
-                                         mbps, sent, received, retr))
+                                         mbps, sent, received, retr, repeat=r))
     except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
         msg = "native: failed: %s" % (str(e).strip().splitlines()[0] if str(e) else e)
         log(msg)
         errors.append(msg)
 
 
-def table(rows):
-    def find(path, offloads, streams):
-        return next((r for r in rows if (r["path"], r["offloads"], r["streams"]) ==
-                     (path, offloads, streams)), None)
-    lines = ["%-18s %-9s %8s %12s %10s %14s" % ("path", "offloads", "streams", "Mbit/s",
-                                                 "on/off", "vs native")]
+def summarize(rows):
+    """One entry per (path, offloads, streams): the median Mbit/s over the repeats, their
+    spread ((max - min) / median) and the median cost."""
+    groups = {}
     for r in rows:
-        other = find(r["path"], "off" if r["offloads"] == "on" else "on", r["streams"])
-        nat = find("native", r["offloads"], r["streams"])
-        lines.append("%-18s %-9s %8d %12.1f %10s %14s" % (
-            r["path"], r["offloads"], r["streams"], r["throughput_mbps"],
-            "%.2fx" % (r["throughput_mbps"] / other["throughput_mbps"])
-            if r["offloads"] == "on" and other and other["throughput_mbps"] else "",
-            "%.3fx" % (r["throughput_mbps"] / nat["throughput_mbps"])
-            if nat and nat["throughput_mbps"] else "-"))
+        groups.setdefault((r["path"], r["offloads"], r["streams"]), []).append(r)
+    out = []
+    for (path, offloads, streams), rs in groups.items():
+        v = [r["throughput_mbps"] for r in rs]
+        med = guest_cost.median(v)
+        costs = [r["cost"] for r in rs if r.get("cost")]
+        out.append({"path": path, "offloads": offloads, "streams": streams, "repeats": len(rs),
+                    "throughput_mbps": med, "runs_mbps": v,
+                    "spread": round((max(v) - min(v)) / med, 3) if med else None,
+                    "cost": guest_cost.median_cost(costs) if costs else None})
+    return out
+
+
+def table(rows):
+    summary = summarize(rows)
+
+    def find(path, offloads, streams):
+        return next((s for s in summary if (s["path"], s["offloads"], s["streams"]) ==
+                     (path, offloads, streams)), None)
+    lines = ["%-18s %-8s %7s %3s %9s %7s %7s %8s %8s %s" % (
+        "path", "offloads", "streams", "n", "Mbit/s", "spread", "on/off", "/native", "/qemu-us",
+        guest_cost.COST_HEADER)]
+    for s in summary:
+        other = find(s["path"], "off" if s["offloads"] == "on" else "on", s["streams"])
+        nat = find("native", s["offloads"], s["streams"])
+        qus = find("qemu-userspace", s["offloads"], s["streams"])
+        ratio = lambda o: "%.2fx" % (s["throughput_mbps"] / o["throughput_mbps"]) if (  # noqa: E731
+            o and o["throughput_mbps"]) else "-"
+        lines.append("%-18s %-8s %7d %3d %9.1f %7s %7s %8s %8s %s" % (
+            s["path"], s["offloads"], s["streams"], s["repeats"], s["throughput_mbps"],
+            "%.2f" % s["spread"] if s["spread"] is not None else "-",
+            ratio(other) if s["offloads"] == "on" else "", ratio(nat), ratio(qus),
+            guest_cost.cost_columns(s["cost"]) if s["cost"] else ""))
     return lines
 
 
@@ -194,9 +225,22 @@ def main(argv):
     ap.add_argument("--streams", default="1,10", help="iperf3 -P values (1,10)")
     ap.add_argument("--paths", default="virtlink,qemu-userspace,native",
                     help="virtlink, qemu-userspace and/or native")
-    ap.add_argument("--modes", default="poll,adaptive",
-                    help="virtlink PMD modes, each a path (poll,adaptive; also interrupt)")
+    ap.add_argument("--modes", default="poll,interrupt,adaptive",
+                    help="virtlink PMD modes, each a path (poll,interrupt,adaptive)")
+    ap.add_argument("--offloads", default="on,off", help="on and/or off (on,off)")
+    ap.add_argument("--switch-args", default="",
+                    help="more `virtlink switch` options for the virtlink paths, one string "
+                    "(e.g. \"--tx-retry-us 500\")")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="iperf3 runs of every path, offload setting and stream count on the "
+                    "same guests; the table gives medians (1)")
     opts = ap.parse_args(argv)
+    if opts.repeat < 1:
+        ap.error("--repeat: at least 1")
+    opts.offloads = [o.strip() for o in opts.offloads.split(",")]
+    opts.switch_args = shlex.split(opts.switch_args)
+    if set(opts.offloads) - {"on", "off"}:
+        ap.error("--offloads: on and/or off")
     vltest.VIRTLINK = os.path.abspath(opts.virtlink)
     if opts.seconds is None:
         opts.seconds = 3 if opts.quick else 10
@@ -219,14 +263,23 @@ def main(argv):
     if "native" in paths:
         bench_native(opts, rows, errors)
     load1 = report.load_average()
-    note = ("Mbit/s: iperf3 -t %d, the receiver's rate (sum_received); on/off: this path "
-            "with offloads over without, same stream count; vs native: over the veth pair "
-            "between namespaces with the same offload setting. Guests run under TCG (no KVM)."
-            % opts.seconds)
+    note = ("Mbit/s: iperf3 -t %d, the receiver's rate (sum_received), median of n runs "
+            "(--repeat) on the same guests; spread: (max - min) / median; on/off: this path "
+            "with offloads over without, same stream count; /native, /qemu-us: over the veth "
+            "pair between namespaces and over QEMU's userspace path, same offload setting and "
+            "stream count. Cost (medians; bench/guest_cost.py): sw cpu s, the switch "
+            "process's CPU time in the run; vm cpu s, both QEMUs'; kicks/MB and irqs/MB, the "
+            "notifications the guests' drivers sent and the virtio interrupts they took, per "
+            "MB the guests sent; notif/frm, both per frame the guests sent (a TSO frame "
+            "counts once); drops, the switch's by reason, summed over the runs. Guests run "
+            "under TCG (no KVM)." % opts.seconds)
     report.print_guest_report("tcp", version, anchors["qemu"], command, CORE_PLAN, load0, load1,
                               table(rows), note, errors, t0, opts.json, rows, anchors,
                               method={"seconds": opts.seconds, "streams": opts.streams,
-                                  "qemu_offloads_off": QEMU_OFFLOADS_OFF, "note": note})
+                                  "repeat": opts.repeat, "modes": opts.modes,
+                                  "offloads": opts.offloads, "switch_args": opts.switch_args,
+                                  "qemu_offloads_off": QEMU_OFFLOADS_OFF, "note": note},
+                              summary=summarize(rows))
     if opts.json:
         print("wrote " + opts.json)
     return 1 if (errors and not rows) else 0
