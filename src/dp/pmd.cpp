@@ -16,6 +16,7 @@
 #include "util/cpuset.h"
 #include "util/log.h"
 #include "util/stall_watchdog.h"
+#include "util/thread_sched.h"
 
 namespace vl::dp {
 
@@ -151,7 +152,17 @@ bool PmdThread::try_sleep() {
   // sleeping thread holds nothing of any port (it counts as quiescent). Frames waiting for
   // room in a full receive queue keep the thread polling until they are delivered or their
   // tx_retry_us is up: a sleep would otherwise drop them at once.
-  if (fw_->flush_before_sleep()) return false;
+  if (const uint64_t left = fw_->flush_before_sleep()) {
+    // With more than a nap left, a nap rather than a spin: the guest that must refill its
+    // receive queue may need this CPU (a TCG or overcommitted guest refills in ms). A
+    // shorter bound (the default 20 us, for fast peers) is spent polling.
+    constexpr uint64_t kNapNs = 50'000;  // plus the timer slack (50 us by default)
+    if (left > 2 * kNapNs) {
+      timespec nap{0, static_cast<long>(kNapNs)};
+      nanosleep(&nap, nullptr);
+    }
+    return false;
+  }
   // Ask every queue for a kick, then look once more: a frame that arrived in between
   // would otherwise wait for the next kick.
   bool pending = false;
@@ -194,6 +205,8 @@ void PmdThread::run() {
   }
   pthread_setname_np(pthread_self(), fmt::format("vl-pmd{}", index_).c_str());
   tid_.store(static_cast<int>(gettid()), std::memory_order_relaxed);
+  OwnWait own_wait;  // adaptive mode: the run-queue wait (0 where unreadable: then unused)
+  if (opts_.mode == PmdMode::kAdaptive) own_wait.open();
   spdlog::info("pmd {}: {} mode on cpu {}, {} rxq(s)", index_, pmd_mode_name(opts_.mode),
                cpu_ >= 0 ? std::to_string(cpu_) : std::string("any"), nrxqs_);
   start_tsc_.store(rdtsc(), std::memory_order_relaxed);
@@ -259,7 +272,7 @@ void PmdThread::run() {
       case PmdMode::kInterrupt: kicks_on = true; try_sleep(); break;
       case PmdMode::kAdaptive: {
         const uint64_t now = tsc_now_ns();
-        const bool sleep = idle_.idle(now);
+        const bool sleep = idle_.idle(now, idle_.wants_wait(now) ? own_wait.read() : 0);
         spin_preempted_.store(idle_.preemptions(), std::memory_order_relaxed);
         if (sleep) {
           kicks_on = true;

@@ -53,4 +53,28 @@ bool read_thread_sched(int tid, ThreadSched* out) {
   return true;
 }
 
+OwnWait::~OwnWait() {
+  if (fd_ >= 0) close(fd_);
+}
+
+bool OwnWait::open() {
+  if (fd_ < 0) fd_ = ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+  return fd_ >= 0;
+}
+
+uint64_t OwnWait::read() const {
+  if (fd_ < 0) return 0;
+  char buf[96];
+  const ssize_t n = pread(fd_, buf, sizeof buf - 1, 0);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  // "RUN_NS WAIT_NS SLICES\n": the second number.
+  const char* p = buf;
+  while (*p >= '0' && *p <= '9') ++p;
+  while (*p == ' ') ++p;
+  uint64_t v = 0;
+  for (; *p >= '0' && *p <= '9'; ++p) v = v * 10 + static_cast<uint64_t>(*p - '0');
+  return v;
+}
+
 }  // namespace vl

@@ -135,6 +135,34 @@ TEST(AdaptiveIdle, RepeatedPreemptionDoublesTheHoldAndACleanSpinResetsIt) {
   EXPECT_NE(s.p.effective_window(seen + AdaptiveIdle::kHoldNs + 1 * kMs), 0u);
 }
 
+TEST(AdaptiveIdle, RunQueueWaitHoldsWithoutASpin) {
+  AdaptiveIdle p(200 * kUs);
+  uint64_t now = 1 * kMs;
+  // First idle period: the wait seen is the baseline, the spin runs.
+  ASSERT_TRUE(p.wants_wait(now));
+  EXPECT_FALSE(p.idle(now, 7 * kMs));
+  p.busy(now + kPassNs);
+  // A few us of wait since (a wake-up on a free CPU): still spins.
+  now += 100 * kUs;
+  ASSERT_TRUE(p.wants_wait(now));
+  EXPECT_FALSE(p.idle(now, 7 * kMs + 5 * kUs));
+  EXPECT_FALSE(p.wants_wait(now + kPassNs)) << "one read per idle period";
+  p.busy(now + kPassNs);
+  // 2 ms waited behind another thread: sleep at once, and hold.
+  now += 100 * kUs;
+  EXPECT_TRUE(p.idle(now, 9 * kMs + 5 * kUs));
+  EXPECT_EQ(p.preemptions(), 1u);
+  p.slept(now, now + 50 * kUs);
+  now += 60 * kUs;
+  EXPECT_FALSE(p.wants_wait(now)) << "no read while holding";
+  EXPECT_TRUE(p.idle(now, 0));
+  // An unreadable wait (0 after real values) is no wait.
+  now += AdaptiveIdle::kHoldNs;
+  p.slept(now, now);
+  EXPECT_TRUE(p.wants_wait(now));
+  EXPECT_FALSE(p.idle(now, 0));
+}
+
 TEST(AdaptiveIdle, ALongBusyPassIsNotTimeOffTheCpu) {
   Sim s(200 * kUs);
   s.periodic(50 * kUs, 20);
