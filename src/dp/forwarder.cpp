@@ -83,7 +83,7 @@ void Forwarder::enqueue_run(uint32_t out, const uint16_t* s, uint32_t n) {
       // A full burst for an empty queue is due at once (due_on_enqueue): delivered from the
       // burst's own list, without entering the queue (the burst's pin keeps each slot).
       // What finds the receive queue full enters it, for a retry.
-      const uint32_t done = send_slots(out, s + j, burst, 0, /*may_keep=*/!many_segs_);
+      const uint32_t done = send_slots(out, s + j, burst, 0, /*may_keep=*/true);
       if (done < burst) [[unlikely]] {
         for (uint32_t i = done; i < burst; ++i) {
           q.slot[q.n++] = s[j + i];
@@ -407,7 +407,7 @@ Drop Forwarder::split_into_slot(Slot& sl, const Chain& ch, uint32_t hdr_len) {
       Slot& sl = pool_[s];
       if (--sl.refs == 0) {
         complete(s);
-      } else if (sl.segs != sl.inl) {
+      } else if (in_arena(sl.segs)) {  // more segments went to the store (note_kept)
         std::memcpy(sl.inl, sl.segs, sl.nsegs * sizeof(Segment));  // nsegs <= kInlineSegs
         sl.segs = sl.inl;
       }
@@ -439,12 +439,21 @@ void Forwarder::flush_all() {
   publish_senders();
 }
 
-bool Forwarder::flush_before_sleep() {
+uint64_t Forwarder::flush_before_sleep() {
   for (uint64_t m = held_; m; m &= m - 1)
     flush_port(static_cast<uint32_t>(std::countr_zero(m)), 0, true);
   gap_fresh_ = true;
   publish_senders();
-  return held_ != 0;
+  if (!held_) return 0;
+  // What is left was kept for a retry: the time until the first of it is dropped.
+  const uint64_t now = clock_();
+  uint64_t left = UINT64_MAX;
+  for (uint64_t m = held_; m; m &= m - 1) {
+    const uint32_t o = static_cast<uint32_t>(std::countr_zero(m));
+    const uint64_t until = outq_[o].oldest_ns + tables_->ports[o]->dp().tx_retry_ns;
+    left = std::min(left, until > now ? until - now : 1);
+  }
+  return left;
 }
 
 void Forwarder::release_paused() {
@@ -458,6 +467,9 @@ void Forwarder::release_paused() {
 
 void Forwarder::complete(uint16_t s) {
   pool_[s].done = true;
+  if (in_store(pool_[s].segs)) [[unlikely]] {
+    if (--kept_users_ == 0) kept_used_ = 0;  // the store empties as its last frame leaves
+  }
   retire_due_ |= bit(pool_[s].src);  // retired in one walk per sender by publish_senders()
 }
 
@@ -514,9 +526,9 @@ void Forwarder::flush_port(uint32_t o, uint64_t prev_check_ns, bool may_keep) {
   const uint32_t cnt = tq.n;
   tq.n = 0;
   held_ &= ~bit(o);
-  // A frame of more than kInlineSegs segments (must_flush_) cannot outlive its burst: its
-  // segments are in the burst's arena. Such a queue is not kept.
-  const bool keep = may_keep && !many_segs_ && !(must_flush_ & bit(o));
+  // Frames kept past their burst whose segments are in the burst's arena move to their
+  // slot or the kept-segment store (note_kept).
+  const bool keep = may_keep;
   const uint32_t done = send_slots(o, tq.slot, cnt, prev_check_ns, keep);
   for (uint32_t i = 0; i < done; ++i) unref(tq.slot[i]);
   if (done < cnt) [[unlikely]] {
@@ -528,8 +540,32 @@ void Forwarder::flush_port(uint32_t o, uint64_t prev_check_ns, bool may_keep) {
   }
 }
 
+bool Forwarder::keep_segments(Slot& sl) {
+  if (!in_arena(sl.segs) || sl.nsegs <= kInlineSegs) return true;  // end_burst copies to inl
+  if (kKeptSegs - kept_used_ < sl.nsegs) return false;
+  std::memcpy(kept_segs_ + kept_used_, sl.segs, sl.nsegs * sizeof(Segment));
+  sl.segs = kept_segs_ + kept_used_;
+  kept_used_ += sl.nsegs;
+  ++kept_users_;
+  return true;
+}
+
 void Forwarder::note_kept(uint32_t o) {
   OutQueue& tq = outq_[o];
+  // A frame of more than kInlineSegs segments outlives its burst only with room in the
+  // kept-segment store; without, it is dropped (no_rx_buffer) and the others stay, in order.
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < tq.n; ++i) {
+    const uint16_t s = tq.slot[i];
+    if (keep_segments(pool_[s])) [[likely]] {
+      tq.slot[k++] = s;
+    } else {
+      counters_[o].drop(Drop::kNoRxBuffer);
+      unref(s);
+    }
+  }
+  tq.n = k;
+  if (!k) [[unlikely]] return;
   tq.oldest_ns = pool_[tq.slot[0]].t_ns;
   held_ |= bit(o);
   kept_ = true;
@@ -745,6 +781,12 @@ uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, u
     } else {
       st = offload_.deliver(*rq, scratch_, sl.hdr, sl.segs, sl.nsegs, sl.len, out_dp.caps,
                             counters_[o].offload_work);
+      // A frame delivered in one piece (a TSO frame passed whole, a checksum filled in)
+      // that found the queue full left nothing in it: kept like a plain one.
+      if (st == offload::Outcome::kNoBuffer && keep_ns &&
+          now - std::min(now, sl.t_ns) < keep_ns &&
+          offload::SoftOffload::delivers_whole(sl.hdr, out_dp.caps))
+        break;
     }
     if (st == offload::Outcome::kOk) [[likely]] {
       ++sent;

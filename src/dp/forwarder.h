@@ -108,9 +108,10 @@ class Forwarder {
   void flush_all();
   /// Before sleeping: delivers every queue as a due flush would, so frames that find their
   /// receive queue full stay queued for a retry while younger than its tx_retry_ns (a
-  /// sleep must not drop them sooner than polling would). Returns true if frames remain
-  /// queued: the thread must keep polling until they are delivered or dropped.
-  bool flush_before_sleep();
+  /// sleep must not drop them sooner than polling would). Returns, if frames remain
+  /// queued: the ns until the first of them is dropped (at least 1; 0: nothing left), and
+  /// the thread must keep polling until they are delivered or dropped.
+  uint64_t flush_before_sleep();
   /// After a quiescent point: delivers every queue if one of the ports it involves (as
   /// sender or receiver) has paused, so that the control thread may change that port
   /// after the next quiescent point (dp/pmd.h).
@@ -158,6 +159,9 @@ class Forwarder {
     virtio::Segment inl[kInlineSegs];
   };
   static constexpr uint32_t kPoolSlots = 1024;
+  /// Segments of frames with more than kInlineSegs that wait past their burst for a retry
+  /// (a TSO frame: 18 or so): a bump store, emptied when its last frame completes.
+  static constexpr uint32_t kKeptSegs = 8192;
   /// One output queue: the frames this thread holds for one output port (output batching).
   static constexpr uint32_t kOutQueueCap = 2 * kMaxBurst;
   struct OutQueue {
@@ -254,6 +258,13 @@ class Forwarder {
   /// Output `out`'s queue holds only frames kept for a retry: its age, held_, kept_ and
   /// the counters say so.
   void note_kept(uint32_t out);
+  /// Moves a kept frame's segments out of the burst's arena if they cannot go to its slot
+  /// (end_burst copies those); false when the store has no room.
+  bool keep_segments(Slot& sl);
+  bool in_arena(const virtio::Segment* p) const {
+    return p >= arena_.segs && p < arena_.segs + virtio::SegmentArena::kCapacity;
+  }
+  bool in_store(const virtio::Segment* p) const { return p >= kept_segs_ && p < kept_segs_ + kKeptSegs; }
   uint32_t send_slots(uint32_t out, const uint16_t* slots, uint32_t cnt, uint64_t check_ns,
                       bool may_keep);
   void flush_due();
@@ -272,6 +283,8 @@ class Forwarder {
   uint64_t (*clock_)();
   uint32_t thread_;
   virtio::SegmentArena arena_;    // segments of the frames taken in this burst
+  virtio::Segment kept_segs_[kKeptSegs];  // kept frames' segments (keep_segments)
+  uint32_t kept_used_ = 0, kept_users_ = 0;
   virtio::SegmentArena scratch_;  // segments of the receive buffers being filled
   offload::SoftOffload offload_;  // offload metadata across ports; checksums, TSO in software
   Slot pool_[kPoolSlots];

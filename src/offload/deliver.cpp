@@ -35,10 +35,7 @@ Outcome SoftOffload::deliver(Q& rq, SegmentArena& scratch, const NetHdr& h,
     if (o == Outcome::kOk) work.add(Work::kCsumFilled);
     return o;
   }
-  const bool v4 = (h.gso_type & ~kGsoEcn) == kGsoTcpV4;
-  const bool takes = has(rf, v4 ? kNetFGuestTso4 : kNetFGuestTso6) && has(rf, kNetFGuestCsum) &&
-                     (!(h.gso_type & kGsoEcn) || has(rf, kNetFGuestEcn));
-  if (takes) return pass_gso(rq, scratch, h, src, nsrc, len, caps, work);
+  if (takes_gso(h.gso_type, rf)) return pass_gso(rq, scratch, h, src, nsrc, len, caps, work);
   return soft_gso(rq, scratch, h, src, nsrc, len, caps, work);
 }
 

@@ -43,6 +43,20 @@ inline Outcome map(virtio::DeliverStatus s) {
 /// Per-PMD-thread state of the software offloads: the scratch frame and segment headers.
 class SoftOffload {
  public:
+  /// True when deliver() puts a frame with header `h` into a receiver with `caps` in one
+  /// piece (one deliver_frame: plain, checksum filled in or passed on, TSO passed whole),
+  /// so a kNoBuffer outcome left nothing in the queue; false for software segmentation.
+  static bool delivers_whole(const virtio::NetHdr& h, const RxCaps& caps) {
+    return h.gso_type == virtio::kNetHdrGsoNone || takes_gso(h.gso_type, caps.features);
+  }
+  /// The receiver (features `rf`) takes a TSO frame of `gso_type` whole: TSO4/6 as the
+  /// type says, GUEST_CSUM, and GUEST_ECN if the frame has ECN (virtio 1.2 §5.1.6.4).
+  static bool takes_gso(uint8_t gso_type, uint64_t rf) {
+    const bool v4 = (gso_type & ~kGsoEcn) == kGsoTcpV4;
+    return virtio::has(rf, v4 ? virtio::kNetFGuestTso4 : virtio::kNetFGuestTso6) &&
+           virtio::has(rf, virtio::kNetFGuestCsum) &&
+           (!(gso_type & kGsoEcn) || virtio::has(rf, virtio::kNetFGuestEcn));
+  }
   /// Delivers the frame of `len` bytes at `src` (`nsrc` segments, sender's memory) whose
   /// header `h` passed check_tx_header(), to the receive queue `rq` of a port that
   /// negotiated `caps`. Counts software work and passed-through TSO frames in `work` (the

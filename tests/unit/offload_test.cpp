@@ -751,3 +751,34 @@ INSTANTIATE_TEST_SUITE_P(Receivers, AttackOffloadHdr,
 
 }  // namespace
 }  // namespace vl::offload
+
+namespace vl::offload {
+namespace {
+
+// Which frames deliver() puts into the receive queue in one piece (a kNoBuffer outcome then
+// left nothing behind, so the forwarder may keep the frame for a retry): all but those it
+// segments in software.
+TEST(DeliversWhole, EverythingButSoftwareSegmentation) {
+  using virtio::bit;
+  const uint64_t tso = bit(kNetFGuestCsum) | bit(kNetFGuestTso4) | bit(kNetFGuestTso6);
+  RxCaps takes{};
+  takes.features = tso | bit(kNetFGuestEcn);
+  RxCaps plain{};
+  EXPECT_TRUE(SoftOffload::delivers_whole(NetHdr{}, plain));
+  NetHdr csum{};
+  csum.flags = kNetHdrFNeedsCsum;
+  EXPECT_TRUE(SoftOffload::delivers_whole(csum, plain));  // filled in, one copy
+  EXPECT_TRUE(SoftOffload::delivers_whole(tso_hdr(false, 1448, 34), takes));
+  EXPECT_TRUE(SoftOffload::delivers_whole(tso_hdr(true, 1428, 54), takes));
+  EXPECT_FALSE(SoftOffload::delivers_whole(tso_hdr(false, 1448, 34), plain));
+  RxCaps no_ecn{};
+  no_ecn.features = tso;
+  EXPECT_TRUE(SoftOffload::delivers_whole(tso_hdr(false, 1448, 34), no_ecn));
+  EXPECT_FALSE(SoftOffload::delivers_whole(tso_hdr(false, 1448, 34, true), no_ecn));
+  RxCaps only4{};
+  only4.features = bit(kNetFGuestCsum) | bit(kNetFGuestTso4);
+  EXPECT_FALSE(SoftOffload::delivers_whole(tso_hdr(true, 1428, 54), only4));
+}
+
+}  // namespace
+}  // namespace vl::offload
