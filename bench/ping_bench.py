@@ -40,11 +40,12 @@ from vltestlib import vlguest, vltest
 MAC1, MAC2 = "52:54:00:00:00:01", "52:54:00:00:00:02"
 IP1, IP2 = "10.0.0.1/24", "10.0.0.2/24"
 VIRTLINK_MODES = (("poll", "1"), ("interrupt", ""), ("adaptive", ""))
+ALL_CPUS = set(range(os.cpu_count() or 1))
 CORE_PLAN = ("2 CPUs. virtlink-poll: the switch's PMD thread busy-polls pinned to CPU 1 "
-             "(--pmd-cores 1); interrupt/adaptive: the PMD thread is unpinned and sleeps "
-             "when idle. The two QEMU guests (TCG, 1 vCPU each, unpinned) share both CPUs "
-             "with it: in poll mode they effectively share CPU 0 (CPU 1 is the poller's), so "
-             "two emulated guests contend for one core. qemu-userspace: no switch process; "
+             "(--pmd-cores 1) and has it to itself: both QEMU guests (TCG, 1 vCPU each) are "
+             "pinned to CPU 0, so two emulated guests share one core; interrupt/adaptive: "
+             "the PMD thread and the guests are unpinned on CPUs 0-1 and the PMD thread "
+             "sleeps when idle. qemu-userspace: no switch process; "
              "each QEMU's tap back-end runs in its own main loop, the Linux bridge in the "
              "host kernel, all unpinned on CPUs 0-1.")
 
@@ -224,6 +225,9 @@ def bench_virtlink(opts, rows, errors):
                         g2 = tb.start_guest("g2", "vm2", IP2, mac=MAC2)
                         vlguest.wait_all_ready([g1, g2], timeout=180)
                     tb.wait_connected(["vm1", "vm2"], timeout=30)
+                    # poll: CPU 1 is the poller's alone (guests on CPU 0); else all CPUs.
+                    for g in (g1, g2):
+                        vlguest.pin_process(g.pid, {0} if cores else ALL_CPUS)
                     record(rows, errors, path, "virtlink", "bridge", mode,
                            guest_runs(opts, tb, g1, g2), r, opts)
                 except (RuntimeError, AssertionError, vltest.TestTimeout) as e:

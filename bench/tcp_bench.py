@@ -36,10 +36,10 @@ from vltestlib import vlguest, vltest
 QEMU_OFFLOADS_OFF = ("csum=off,guest_csum=off,gso=off,host_tso4=off,host_tso6=off,"
                      "host_ecn=off,host_ufo=off,guest_tso4=off,guest_tso6=off,guest_ecn=off,"
                      "guest_ufo=off")
-CORE_PLAN = ("2 CPUs. virtlink-poll: the switch's PMD thread busy-polls pinned to CPU 1; the "
-             "two QEMU guests (TCG, 1 vCPU each, unpinned) share the CPUs with it (in effect "
-             "CPU 0). virtlink-adaptive/-interrupt: the PMD thread unpinned, asleep when idle, "
-             "so the guests get both CPUs. qemu-userspace: each QEMU's tap back-end in its own main loop, the Linux "
+CORE_PLAN = ("2 CPUs. virtlink-poll: the switch's PMD thread busy-polls pinned to CPU 1 and "
+             "has it to itself: the two QEMU guests (TCG, 1 vCPU each) are pinned to CPU 0. "
+             "virtlink-adaptive/-interrupt: the PMD thread and the guests unpinned, the PMD "
+             "thread asleep when idle, so the guests get both CPUs. qemu-userspace: each QEMU's tap back-end in its own main loop, the Linux "
              "bridge in the host kernel, unpinned. native: iperf3 client and server in two "
              "network namespaces, unpinned.")
 
@@ -92,6 +92,9 @@ def run_guest_pair(opts, rows, errors, path, offloads, switch_extra=None, net_ex
             vlguest.wait_all_ready([g1, g2], timeout=180)
             if tb.switch is not None:
                 tb.wait_connected(["vm1", "vm2"], timeout=30)
+            if pmd_mode == "poll":  # CPU 1 is the poller's alone
+                for g in (g1, g2):
+                    vlguest.pin_process(g.pid, {0})
             g1.run("ip neigh replace %s lladdr %s dev eth0 nud permanent" % (g2.addr, MAC2))
             g2.run("ip neigh replace %s lladdr %s dev eth0 nud permanent" % (g1.addr, MAC1))
             g1.run("ping -c 3 -i 0.2 -W 2 %s" % g2.addr, timeout=30)

@@ -392,6 +392,18 @@ def proc_cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def pin_process(pid, cpus):
+    """Pins every thread of process `pid` (a guest's QEMU: its vCPU, I/O and RCU threads) to
+    the CPUs `cpus` (a set of ints); threads it starts later inherit it. Used where a
+    busy-polling PMD thread must have its core to itself (--pmd-cores), as an operator
+    would isolate it."""
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except (ProcessLookupError, FileNotFoundError):
+            pass  # the thread ended meanwhile
+
+
 def proc_fds(pid):
     """{fd: link target} of the process's open file descriptors."""
     out = {}

@@ -519,10 +519,14 @@ class Guests(unittest.TestCase):
             st = tb.wait_quiet()
             vltest.assert_no_corruption(self, st)
 
-            # poll: the PMD thread busy-polls on CPU 1.
+            # poll: the PMD thread busy-polls on CPU 1, which it has to itself (as an operator
+            # isolates PMD cores): the guests move to CPU 0. Unpinned, a vCPU thread that
+            # lands on CPU 1 preempts the poller for a scheduler slice and g2 loses replies.
             tb.stop_switch()
             tb.start_switch(ports=["vm1", "vm2"], forward="bridge", pmd_cores="1",
                             extra=["--pmd-mode", "poll"])
+            for g in (g1, g2):
+                vlguest.pin_process(g.pid, {0})
             tb.wait_connected(["vm1", "vm2"])
             ping(self, g1, g2, count=5)
             self.burst_ping(tb, g1, g2, "poll")
