@@ -36,6 +36,10 @@ void print_stats(const Json& r) {
     for (const auto& [k, v] : p["drops"].items()) {
       if (v.get<uint64_t>()) fmt::print("{:<12}   drop {:<16} {}\n", "", k, v.get<uint64_t>());
     }
+    // Used-buffer notifications sent to the guest: for its receive queues (tx_calls) and
+    // for its transmit queues (rx_calls), the switch's view like the counters above.
+    const uint64_t tc = p.value("tx_calls", uint64_t{0}), rc = p.value("rx_calls", uint64_t{0});
+    if (tc || rc) fmt::print("{:<12}   calls to the guest: {} (receive queues), {} (transmit queues)\n", "", tc, rc);
   }
 }
 
@@ -95,6 +99,16 @@ void print_pmd(const Json& r) {
                t.value("busy_pct", 0.0), t["packets"].get<uint64_t>(),
                t["cycles_per_packet"].get<double>(), t["passes"].get<uint64_t>(),
                t["busy_passes"].get<uint64_t>(), t["sleeps"].get<uint64_t>());
+    if (t.value("mode", std::string()) == "adaptive")
+      fmt::print("  adaptive: spin window {} us, {} spins given way (thread off its CPU)\n",
+                 t.value("spin_window_ns", uint64_t{0}) / 1000, t.value("spin_preempted", uint64_t{0}));
+    const Json sched = t.value("sched", Json());
+    if (sched.is_object())
+      fmt::print("  scheduler: {:.3f} s on a CPU, {:.3f} s waiting for one, {} sleeps and {} "
+                 "preemptions (context switches)\n",
+                 sched.value("cpu_ns", uint64_t{0}) / 1e9, sched.value("wait_ns", uint64_t{0}) / 1e9,
+                 sched.value("voluntary_switches", uint64_t{0}),
+                 sched.value("involuntary_switches", uint64_t{0}));
     for (const auto& q : t.value("rxq_loads", Json::array()))
       fmt::print("  rxq {}/{}: {} packets, {:.1f} % of this thread's busy cycles\n",
                  q["port"].get<std::string>(), q["queue"].get<int>(), q["packets"].get<uint64_t>(),

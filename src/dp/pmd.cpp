@@ -206,7 +206,10 @@ void PmdThread::run() {
   pthread_setname_np(pthread_self(), fmt::format("vl-pmd{}", index_).c_str());
   tid_.store(static_cast<int>(gettid()), std::memory_order_relaxed);
   OwnWait own_wait;  // adaptive mode: the run-queue wait (0 where unreadable: then unused)
-  if (opts_.mode == PmdMode::kAdaptive) own_wait.open();
+  if (opts_.mode == PmdMode::kAdaptive) {
+    own_wait.open();
+    spin_window_ns_.store(idle_.window_ns(), std::memory_order_relaxed);
+  }
   spdlog::info("pmd {}: {} mode on cpu {}, {} rxq(s)", index_, pmd_mode_name(opts_.mode),
                cpu_ >= 0 ? std::to_string(cpu_) : std::string("any"), nrxqs_);
   start_tsc_.store(rdtsc(), std::memory_order_relaxed);
