@@ -236,12 +236,19 @@ def bench_virtlink(opts, rows, errors):
                         return
 
 
-def bench_qemu_userspace(opts, rows, errors):
-    path = "qemu-userspace"
+# qemu-userspace-intx: QEMU's userspace path with the interrupt delivery the vhost-user
+# guests have on this testbed (legacy INTx, vectors=0: docs/reference/TESTBED.md), so the
+# two differ only in the back-end.
+QEMU_INTX = ["--extra-net-args", "vectors=0"]
+
+
+def bench_qemu_userspace(opts, rows, errors, path="qemu-userspace", net_extra=()):
     try:
         with LinuxBridge(str(os.getpid() % 100000)) as lb, vlguest.GuestTestbed(None) as tb:
-            g1 = tb.start_guest("g1", "unused1", IP1, mac=MAC1, extra=["--tap", lb.taps[0]])
-            g2 = tb.start_guest("g2", "unused2", IP2, mac=MAC2, extra=["--tap", lb.taps[1]])
+            g1 = tb.start_guest("g1", "unused1", IP1, mac=MAC1,
+                                extra=["--tap", lb.taps[0]] + list(net_extra))
+            g2 = tb.start_guest("g2", "unused2", IP2, mac=MAC2,
+                                extra=["--tap", lb.taps[1]] + list(net_extra))
             vlguest.wait_all_ready([g1, g2], timeout=180)
             for r in range(opts.repeat):
                 record(rows, errors, path, "qemu-userspace", "linux-bridge", None,
@@ -293,18 +300,19 @@ def summarize(rows):
 
 def table(rows):
     summary = summarize(rows)
-    lines = ["%-20s %-11s %3s %9s %9s %9s %9s %6s %7s %8s %8s %s" % (
+    lines = ["%-20s %-11s %3s %9s %9s %9s %9s %6s %7s %8s %8s %8s %s" % (
         "path", "run", "n", "min us", "avg us", "max us", "mdev us", "loss", "time s",
-        "/native", "/qemu-us", guest_cost.COST_HEADER)]
+        "/native", "/qemu-us", "/q-intx", guest_cost.COST_HEADER)]
     for s in summary:
         ref = lambda path: next((x["avg"] for x in summary if x["path"] == path  # noqa: E731
                                  and x["kind"] == s["kind"]), None)
-        nat, qus = ref("native"), ref("qemu-userspace")
-        lines.append("%-20s %-11s %3d %9.1f %9.1f %9.1f %9.1f %5g%% %7.2f %8s %8s %s" % (
+        nat, qus, qix = ref("native"), ref("qemu-userspace"), ref("qemu-userspace-intx")
+        lines.append("%-20s %-11s %3d %9.1f %9.1f %9.1f %9.1f %5g%% %7.2f %8s %8s %8s %s" % (
             s["path"], s["kind"], s["repeats"], s["min"] / 1e3, s["avg"] / 1e3, s["max"] / 1e3,
             s["mdev"] / 1e3, s["loss"], s["time"],
             "%.2fx" % (s["avg"] / nat) if nat else "-",
             "%.2fx" % (s["avg"] / qus) if qus else "-",
+            "%.2fx" % (s["avg"] / qix) if qix else "-",
             guest_cost.cost_columns(s["cost"]) if s["cost"] else ""))
     return lines
 
@@ -330,7 +338,9 @@ def main(argv):
     ap.add_argument("--runs", default="interval,flood,flood-1024",
                     help="interval (-i), flood (-f, 56 B), flood-1024 (-s 1024 -l 120 -f)")
     ap.add_argument("--paths", default="virtlink,qemu-userspace,native",
-                    help="virtlink (its PMD modes), qemu-userspace, native")
+                    help="virtlink (its PMD modes), qemu-userspace, native; also "
+                    "qemu-userspace-intx (QEMU's path with the vhost-user guests' INTx "
+                    "interrupts, vectors=0)")
     ap.add_argument("--modes", default="poll,interrupt,adaptive",
                     help="virtlink PMD modes, each a path (poll,interrupt,adaptive)")
     ap.add_argument("--repeat", type=int, default=1,
@@ -365,6 +375,8 @@ def main(argv):
         bench_virtlink(opts, rows, errors)
     if "qemu-userspace" in paths:
         bench_qemu_userspace(opts, rows, errors)
+    if "qemu-userspace-intx" in paths:
+        bench_qemu_userspace(opts, rows, errors, "qemu-userspace-intx", QEMU_INTX)
     if "native" in paths:
         bench_native(opts, rows, errors)
     load1 = report.load_average()
@@ -372,8 +384,9 @@ def main(argv):
             "pings, static neighbour entries. interval: `ping -q -c %d -i %g`; flood: "
             "`ping -q -f -c %d` (56 B); flood-1024: `ping -q -s 1024 -l 120 -f -c %d`. "
             "n: runs (--repeat); min and max over them, avg, mdev and time (ping's total) "
-            "their medians, loss over every ping sent; /native, /qemu-us: the median avg "
-            "RTT over the native and qemu-userspace paths'. Cost (medians; bench/"
+            "their medians, loss over every ping sent; /native, /qemu-us, /q-intx: the median "
+            "avg RTT over the native path's, QEMU's userspace path's and that path's with INTx "
+            "interrupts (qemu-userspace-intx, as the vhost-user guests here). Cost (medians; bench/"
             "guest_cost.py): sw cpu s, the switch process's CPU time in the run; vm cpu s, "
             "both QEMUs'; kicks/MB and irqs/MB, the notifications the guests' drivers sent "
             "and the virtio interrupts they took, per MB the guests sent; notif/frm, both per "

@@ -133,11 +133,11 @@ def bench_virtlink(opts, rows, errors):
                            switch_extra=["--pmd-mode", mode, "--offloads", offloads] + opts.switch_args)
 
 
-def bench_qemu_userspace(opts, rows, errors):
+def bench_qemu_userspace(opts, rows, errors, path="qemu-userspace", intx=False):
     for offloads in opts.offloads:
-        run_guest_pair(opts, rows, errors, "qemu-userspace", offloads,
-                       net_extra=[] if offloads == "on" else ["--extra-net-args",
-                                                               QEMU_OFFLOADS_OFF])
+        args = ([] if offloads == "on" else [QEMU_OFFLOADS_OFF]) + (["vectors=0"] if intx else [])
+        run_guest_pair(opts, rows, errors, path, offloads,
+                       net_extra=["--extra-net-args", ",".join(args)] if args else [])
 
 
 def bench_native(opts, rows, errors):
@@ -201,19 +201,20 @@ def table(rows):
     def find(path, offloads, streams):
         return next((s for s in summary if (s["path"], s["offloads"], s["streams"]) ==
                      (path, offloads, streams)), None)
-    lines = ["%-18s %-8s %7s %3s %9s %7s %7s %8s %8s %s" % (
+    lines = ["%-19s %-8s %7s %3s %9s %7s %7s %8s %8s %8s %s" % (
         "path", "offloads", "streams", "n", "Mbit/s", "spread", "on/off", "/native", "/qemu-us",
-        guest_cost.COST_HEADER)]
+        "/q-intx", guest_cost.COST_HEADER)]
     for s in summary:
         other = find(s["path"], "off" if s["offloads"] == "on" else "on", s["streams"])
         nat = find("native", s["offloads"], s["streams"])
         qus = find("qemu-userspace", s["offloads"], s["streams"])
+        qix = find("qemu-userspace-intx", s["offloads"], s["streams"])
         ratio = lambda o: "%.2fx" % (s["throughput_mbps"] / o["throughput_mbps"]) if (  # noqa: E731
             o and o["throughput_mbps"]) else "-"
-        lines.append("%-18s %-8s %7d %3d %9.1f %7s %7s %8s %8s %s" % (
+        lines.append("%-19s %-8s %7d %3d %9.1f %7s %7s %8s %8s %8s %s" % (
             s["path"], s["offloads"], s["streams"], s["repeats"], s["throughput_mbps"],
             "%.2f" % s["spread"] if s["spread"] is not None else "-",
-            ratio(other) if s["offloads"] == "on" else "", ratio(nat), ratio(qus),
+            ratio(other) if s["offloads"] == "on" else "", ratio(nat), ratio(qus), ratio(qix),
             guest_cost.cost_columns(s["cost"]) if s["cost"] else ""))
     return lines
 
@@ -227,7 +228,8 @@ def main(argv):
     ap.add_argument("--seconds", type=int, help="iperf3 -t (10; --quick 3)")
     ap.add_argument("--streams", default="1,10", help="iperf3 -P values (1,10)")
     ap.add_argument("--paths", default="virtlink,qemu-userspace,native",
-                    help="virtlink, qemu-userspace and/or native")
+                    help="virtlink, qemu-userspace and/or native; also qemu-userspace-intx "
+                    "(QEMU's path with the vhost-user guests' INTx interrupts, vectors=0)")
     ap.add_argument("--modes", default="poll,interrupt,adaptive",
                     help="virtlink PMD modes, each a path (poll,interrupt,adaptive)")
     ap.add_argument("--offloads", default="on,off", help="on and/or off (on,off)")
@@ -250,7 +252,7 @@ def main(argv):
     opts.streams = [int(x) for x in opts.streams.split(",")]
     opts.modes = [m.strip() for m in opts.modes.split(",")]
     paths = [p.strip() for p in opts.paths.split(",")]
-    if "virtlink" in paths or "qemu-userspace" in paths:
+    if set(paths) - {"native"}:
         report.require_guest_image("tcp", vlguest.IMAGE_DIR)
     command = report.bench_command("tcp", argv)
     version, anchors = report.versions(vltest.VIRTLINK)
@@ -263,14 +265,17 @@ def main(argv):
         bench_virtlink(opts, rows, errors)
     if "qemu-userspace" in paths:
         bench_qemu_userspace(opts, rows, errors)
+    if "qemu-userspace-intx" in paths:  # the vhost-user guests' INTx (ping_bench.QEMU_INTX)
+        bench_qemu_userspace(opts, rows, errors, "qemu-userspace-intx", intx=True)
     if "native" in paths:
         bench_native(opts, rows, errors)
     load1 = report.load_average()
     note = ("Mbit/s: iperf3 -t %d, the receiver's rate (sum_received), median of n runs "
             "(--repeat) on the same guests; spread: (max - min) / median; on/off: this path "
             "with offloads over without, same stream count; /native, /qemu-us: over the veth "
-            "pair between namespaces and over QEMU's userspace path, same offload setting and "
-            "stream count. Cost (medians; bench/guest_cost.py): sw cpu s, the switch "
+            "pair between namespaces, over QEMU's userspace path and over that path with INTx "
+            "interrupts (qemu-userspace-intx, as the vhost-user guests here), same offload "
+            "setting and stream count. Cost (medians; bench/guest_cost.py): sw cpu s, the switch "
             "process's CPU time in the run; vm cpu s, both QEMUs'; kicks/MB and irqs/MB, the "
             "notifications the guests' drivers sent and the virtio interrupts they took, per "
             "MB the guests sent; notif/frm, both per frame the guests sent (a TSO frame "
