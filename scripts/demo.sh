@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The demo: two QEMU guests (Debian's kernel, a busybox initramfs; TCG, or KVM where a
-# probe guest boots) on two vhost-user ports of the virtlink switch (bridge mode, adaptive
-# PMD: it polls while traffic flows and sleeps when idle, so the guests' vCPUs get the
-# CPUs while they boot). Guest 1 pings guest 2 (the first ping's ARP request is flooded,
+# probe guest boots) on two vhost-user ports of the virtlink switch (bridge mode, interrupt
+# PMD: it sleeps on the guests' kicks, so their vCPUs get the CPUs; the mode that serves
+# guests sharing the cores best, README "Which PMD mode for guests"). Guest 1 pings guest 2 (the first ping's ARP request is flooded,
 # the reply learned), runs a short iperf3 to it, and the switch's counters and MAC table
 # are printed with a summary. Ends by itself (about 1-2 minutes here) and removes every
 # process and file it made. Where no guest can boot, it says why and runs the DPDK
@@ -26,9 +26,9 @@ echo "== guest image (Debian kernel + busybox initramfs; cached in build/guest)"
 scripts/guest/build-guest.sh >"$dir/image.log" 2>&1 || fallback "the guest image could not be built: $(tail -1 "$dir/image.log")"
 tail -1 "$dir/image.log"
 
-echo "== virtlink switch: ports vm1, vm2; bridge; adaptive PMD thread"
+echo "== virtlink switch: ports vm1, vm2; bridge; interrupt-mode PMD thread"
 "$VL" switch --port vm1=vhost-user:"$dir/vm1.sock" --port vm2=vhost-user:"$dir/vm2.sock" \
-  --forward bridge --pmd-mode adaptive --control "$dir/ctl" 2>"$dir/switch.log" &
+  --forward bridge --pmd-mode interrupt --control "$dir/ctl" 2>"$dir/switch.log" &
 pids+=($!)
 wait_for_line "$dir/switch.log" "switch:" 5 || fallback "the switch did not start: $(tail -3 "$dir/switch.log")"
 
@@ -79,4 +79,4 @@ for n, p in ports.items():
     print(f"{n}: {p['state']}, rx {p['rx_packets']} frames, tx {p['tx_packets']} frames, "
           f"drops {d or 0}; features {' '.join(p['feature_names'])}")
 PY
-echo "(core plan: two TCG guests and the adaptive PMD thread share the 2 CPUs)"
+echo "(core plan: two TCG guests and the interrupt-mode PMD thread share the 2 CPUs)"
