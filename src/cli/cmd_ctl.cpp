@@ -100,12 +100,12 @@ void print_pmd(const Json& r) {
                t["cycles_per_packet"].get<double>(), t["passes"].get<uint64_t>(),
                t["busy_passes"].get<uint64_t>(), t["sleeps"].get<uint64_t>());
     if (t.value("mode", std::string()) == "adaptive")
-      fmt::print("  adaptive: spin window {} us, {} spins given way (thread off its CPU)\n",
+      fmt::print("  adaptive: spin window {} us, {} spins given way (thread off its CPU or waiting for one)\n",
                  t.value("spin_window_ns", uint64_t{0}) / 1000, t.value("spin_preempted", uint64_t{0}));
     const Json sched = t.value("sched", Json());
     if (sched.is_object())
-      fmt::print("  scheduler: {:.3f} s on a CPU, {:.3f} s waiting for one, {} sleeps and {} "
-                 "preemptions (context switches)\n",
+      fmt::print("  scheduler: {:.3f} s on a CPU, {:.3f} s waiting for one, {} voluntary and {} "
+                 "involuntary context switches\n",
                  sched.value("cpu_ns", uint64_t{0}) / 1e9, sched.value("wait_ns", uint64_t{0}) / 1e9,
                  sched.value("voluntary_switches", uint64_t{0}),
                  sched.value("involuntary_switches", uint64_t{0}));

@@ -23,7 +23,7 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
   s->add_option("--pmd-cores", a.pmd_cores, "CPUs for PMD threads, taskset syntax (1 | 1,3 | 2-5)");
   s->add_option("--pmd-mode", a.pmd_mode, "poll (default), interrupt or adaptive")
       ->check(CLI::IsMember({"poll", "interrupt", "adaptive"}));
-  s->add_option("--pmd-idle-us", a.pmd_idle_us, "adaptive mode: idle microseconds before sleeping (200)");
+  s->add_option("--pmd-idle-us", a.pmd_idle_us, "adaptive mode: the longest spin before sleeping, microseconds (200); the spin window adapts below it");
   s->add_option("--flush", a.flush,
                 "output batching: POLICY for every port, or PORT:POLICY for one (repeat); "
                 "POLICY is immediate, rx-batch (default), interval=US or budget=US");

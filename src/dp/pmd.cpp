@@ -208,7 +208,7 @@ void PmdThread::run() {
   OwnWait own_wait;  // adaptive mode: the run-queue wait (0 where unreadable: then unused)
   if (opts_.mode == PmdMode::kAdaptive) {
     own_wait.open();
-    spin_window_ns_.store(idle_.window_ns(), std::memory_order_relaxed);
+    spin_window_ns_.store(idle_.effective_window(0), std::memory_order_relaxed);
   }
   spdlog::info("pmd {}: {} mode on cpu {}, {} rxq(s)", index_, pmd_mode_name(opts_.mode),
                cpu_ >= 0 ? std::to_string(cpu_) : std::string("any"), nrxqs_);
@@ -280,7 +280,8 @@ void PmdThread::run() {
         if (sleep) {
           kicks_on = true;
           if (try_sleep()) idle_.slept(now, tsc_now_ns());
-          spin_window_ns_.store(idle_.window_ns(), std::memory_order_relaxed);
+          // The window in force (0 while giving way), for pmd-stats.
+          spin_window_ns_.store(idle_.effective_window(tsc_now_ns()), std::memory_order_relaxed);
         } else {
           __builtin_ia32_pause();
         }

@@ -112,8 +112,9 @@ class PmdThread {
   /// Busy and idle passes, and sleeps, for pmd-stats.
   uint64_t busy_passes() const { return busy_passes_.load(std::memory_order_relaxed); }
   uint64_t sleeps() const { return sleeps_.load(std::memory_order_relaxed); }
-  /// Adaptive mode: spins cut short because the thread was off its CPU, and the current
-  /// spin window in ns (dp/idle_policy.h); 0 in the other modes.
+  /// Adaptive mode: spins cut short or skipped because the thread was off its CPU or
+  /// waited for one, and the spin window in force in ns (0 while giving way;
+  /// dp/idle_policy.h); 0 in the other modes.
   uint64_t spin_preempted() const { return spin_preempted_.load(std::memory_order_relaxed); }
   uint64_t spin_window_ns() const { return spin_window_ns_.load(std::memory_order_relaxed); }
   /// The kernel thread id (for /proc/self/task/TID/schedstat), 0 before it runs.
