@@ -595,3 +595,38 @@ TEST_F(ForwardSteps, RefusedChainInAReusedSlotLeavesTheKeptSegmentStoreAlone) {
 
 }  // namespace
 }  // namespace vl
+
+namespace vl {
+namespace {
+
+// Open (disabled: not fixed). The kept-segment store (8192 segments per PMD thread) is
+// shared by every port the thread delivers to and empties only when its last frame leaves.
+// One pair fills it: a sends b (a receiver that never refills) frames of 128 segments
+// faster than tx_retry_us ages them out; every other port's frames of more than 4 segments
+// then find no room and are dropped at once when their receive queue is full for a moment
+// (c -> d here), the retry taken away by another tenant. A per-output share of the store, or
+// compaction when it is full, would bound it.
+TEST_F(ForwardSteps, DISABLED_OnePairDoesNotTakeTheKeptSegmentStoreFromEveryOtherPort) {
+  start(4, dp::ForwardMode::kXconnect, 1000, &fake_now);
+  test::ChainOpts ind;
+  ind.indirect = true;
+  std::vector<uint32_t> sizes(129, 1);
+  sizes[0] = 12;  // the header alone, then 128 segments of 1 byte
+  for (uint32_t i = 0; i < 64; ++i) {  // a -> b (never refills): 64 * 128 segments
+    tx(0).add_tx(test::with_net_hdr(virtio::NetHdr{}, 12, frame_to(2, 1, 128, uint8_t(i))),
+                 sizes, ind);
+    EXPECT_EQ(fw->poll(0, 0), 1u);
+    g_now_ns += 10000;
+  }
+  EXPECT_EQ(drops(1, port::Drop::kNoRxBuffer), 0u);
+  const auto f = frame_to(4, 3, 600, 7);
+  tx(2).add_tx(test::with_net_hdr(virtio::NetHdr{}, 12, f), {100, 100, 100, 100, 100, 112});
+  EXPECT_EQ(fw->poll(2, 0), 1u);
+  EXPECT_EQ(drops(3, port::Drop::kNoRxBuffer), 0u) << "store taken by a -> b";
+  post_rx(3, 1);
+  g_now_ns += 10000;
+  fw->end_pass();
+  EXPECT_EQ(received(3), std::vector<std::vector<uint8_t>>{f});
+}
+}  // namespace
+}  // namespace vl
