@@ -258,7 +258,11 @@ inline void Forwarder::take_chain(BurstTake& bt, PopStatus st, const OneBuffer& 
 
 Drop Forwarder::split_into_slot(Slot& sl, const Chain& ch, uint32_t hdr_len) {
   TxFrame f;
-  if (!split_tx_chain(arena_, ch, hdr_len, &f)) return Drop::kBadHeader;
+  if (!split_tx_chain(arena_, ch, hdr_len, &f)) {
+    sl.segs = sl.inl;  // not the list of the slot's previous use
+    sl.nsegs = 0;
+    return Drop::kBadHeader;
+  }
   sl.hdr = f.hdr;
   sl.segs = &arena_.segs[f.seg_begin];
   sl.nsegs = f.nsegs;
@@ -469,6 +473,9 @@ void Forwarder::complete(uint16_t s) {
   pool_[s].done = true;
   if (in_store(pool_[s].segs)) [[unlikely]] {
     if (--kept_users_ == 0) kept_used_ = 0;  // the store empties as its last frame leaves
+    // Released once: the slot's next use may be refused before it sets segs (a bad
+    // header), and its complete() must not count this store user again.
+    pool_[s].segs = pool_[s].inl;
   }
   retire_due_ |= bit(pool_[s].src);  // retired in one walk per sender by publish_senders()
 }
