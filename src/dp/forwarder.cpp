@@ -21,6 +21,8 @@ Forwarder::Forwarder(SwitchTables* t, uint64_t (*clock)(), uint32_t thread)
   for (uint32_t i = 0; i < kPoolSlots; ++i) free_[i] = static_cast<uint16_t>(kPoolSlots - 1 - i);
   nfree_ = kPoolSlots;
   for (uint32_t i = 0; i < port::kMaxPorts; ++i) src_old_[i] = src_young_[i] = kNoSlot;
+  for (uint32_t i = 0; i < kKeptBlocks; ++i) kept_free_[i] = static_cast<uint8_t>(i);
+  kept_nfree_ = kKeptBlocks;
 }
 
 [[gnu::always_inline]] inline uint16_t Forwarder::new_slot(uint32_t in, uint32_t qi, uint16_t head,
@@ -471,8 +473,10 @@ void Forwarder::release_paused() {
 
 void Forwarder::complete(uint16_t s) {
   pool_[s].done = true;
-  if (in_store(pool_[s].segs)) [[unlikely]] {
-    if (--kept_users_ == 0) kept_used_ = 0;  // the store empties as its last frame leaves
+  if (in_store(pool_[s].segs)) [[unlikely]] {  // its block goes back
+    kept_free_[kept_nfree_++] =
+        static_cast<uint8_t>((pool_[s].segs - kept_segs_) / kKeptBlockSegs);
+    --kept_by_out_[pool_[s].kept_out];
     // Released once: the slot's next use may be refused before it sets segs (a bad
     // header), and its complete() must not count this store user again.
     pool_[s].segs = pool_[s].inl;
@@ -547,24 +551,27 @@ void Forwarder::flush_port(uint32_t o, uint64_t prev_check_ns, bool may_keep) {
   }
 }
 
-bool Forwarder::keep_segments(Slot& sl) {
+bool Forwarder::keep_segments(Slot& sl, uint32_t out) {
   if (!in_arena(sl.segs) || sl.nsegs <= kInlineSegs) return true;  // end_burst copies to inl
-  if (kKeptSegs - kept_used_ < sl.nsegs) return false;
-  std::memcpy(kept_segs_ + kept_used_, sl.segs, sl.nsegs * sizeof(Segment));
-  sl.segs = kept_segs_ + kept_used_;
-  kept_used_ += sl.nsegs;
-  ++kept_users_;
+  if (sl.nsegs > kKeptBlockSegs || !kept_nfree_ || kept_by_out_[out] >= kKeptBlocksPerOutput)
+    return false;
+  Segment* b = kept_segs_ + uint32_t{kept_free_[--kept_nfree_]} * kKeptBlockSegs;
+  std::memcpy(b, sl.segs, sl.nsegs * sizeof(Segment));
+  sl.segs = b;
+  sl.kept_out = static_cast<uint8_t>(out);
+  ++kept_by_out_[out];
   return true;
 }
 
 void Forwarder::note_kept(uint32_t o) {
   OutQueue& tq = outq_[o];
-  // A frame of more than kInlineSegs segments outlives its burst only with room in the
-  // kept-segment store; without, it is dropped (no_rx_buffer) and the others stay, in order.
+  // A frame of more than kInlineSegs segments outlives its burst only with a block of the
+  // kept-segment store (this output's share, kKeptBlockSegs at most); without, it is
+  // dropped (no_rx_buffer) and the others stay, in order.
   uint32_t k = 0;
   for (uint32_t i = 0; i < tq.n; ++i) {
     const uint16_t s = tq.slot[i];
-    if (keep_segments(pool_[s])) [[likely]] {
+    if (keep_segments(pool_[s], o)) [[likely]] {
       tq.slot[k++] = s;
     } else {
       counters_[o].drop(Drop::kNoRxBuffer);

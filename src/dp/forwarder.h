@@ -152,6 +152,7 @@ class Forwarder {
     uint16_t ring_descs;  ///< packed: ring slots the chain took
     uint16_t next_src;    ///< the sender's next younger slot, or kNoSlot (retire order)
     uint8_t src;     ///< the sender's port
+    uint8_t kept_out;  ///< with segs in the kept-segment store: the output charged for it
     uint8_t sq;      ///< the sender's queue pair
     uint8_t refs;    ///< queues holding it, +1 while its burst is classified
     bool done;       ///< every queue it sat in was delivered; waits for older slots
@@ -160,8 +161,13 @@ class Forwarder {
   };
   static constexpr uint32_t kPoolSlots = 1024;
   /// Segments of frames with more than kInlineSegs that wait past their burst for a retry
-  /// (a TSO frame: 18 or so): a bump store, emptied when its last frame completes.
-  static constexpr uint32_t kKeptSegs = 8192;
+  /// (a TSO frame: 18 or so): blocks of kKeptBlockSegs, one per frame, from a free list; a
+  /// frame of more segments is not kept. One output may hold at most kKeptBlocksPerOutput,
+  /// so a receiver that never refills cannot take the retry from the other ports.
+  static constexpr uint32_t kKeptBlockSegs = 64;
+  static constexpr uint32_t kKeptBlocks = 128;
+  static constexpr uint32_t kKeptBlocksPerOutput = kKeptBlocks / 4;
+  static constexpr uint32_t kKeptSegs = kKeptBlockSegs * kKeptBlocks;
   /// One output queue: the frames this thread holds for one output port (output batching).
   static constexpr uint32_t kOutQueueCap = 2 * kMaxBurst;
   struct OutQueue {
@@ -260,7 +266,7 @@ class Forwarder {
   void note_kept(uint32_t out);
   /// Moves a kept frame's segments out of the burst's arena if they cannot go to its slot
   /// (end_burst copies those); false when the store has no room.
-  bool keep_segments(Slot& sl);
+  bool keep_segments(Slot& sl, uint32_t out);
   bool in_arena(const virtio::Segment* p) const {
     return p >= arena_.segs && p < arena_.segs + virtio::SegmentArena::kCapacity;
   }
@@ -284,7 +290,9 @@ class Forwarder {
   uint32_t thread_;
   virtio::SegmentArena arena_;    // segments of the frames taken in this burst
   virtio::Segment kept_segs_[kKeptSegs];  // kept frames' segments (keep_segments)
-  uint32_t kept_used_ = 0, kept_users_ = 0;
+  uint8_t kept_free_[kKeptBlocks];  // free blocks of kept_segs_
+  uint32_t kept_nfree_ = 0;
+  uint8_t kept_by_out_[port::kMaxPorts] = {};  // blocks each output holds
   virtio::SegmentArena scratch_;  // segments of the receive buffers being filled
   offload::SoftOffload offload_;  // offload metadata across ports; checksums, TSO in software
   Slot pool_[kPoolSlots];
