@@ -198,6 +198,20 @@ bool PmdThread::try_sleep() {
   return true;
 }
 
+bool PmdThread::adaptive_idle(const OwnWait& own_wait) {
+  const uint64_t now = tsc_now_ns();
+  const bool sleep = idle_.idle(now, idle_.wants_wait(now) ? own_wait.read() : 0);
+  spin_preempted_.store(idle_.preemptions(), std::memory_order_relaxed);
+  if (!sleep) {
+    __builtin_ia32_pause();
+    return false;
+  }
+  if (try_sleep()) idle_.slept(now, tsc_now_ns());
+  // The window in force (0 while giving way), for pmd-stats.
+  spin_window_ns_.store(idle_.effective_window(tsc_now_ns()), std::memory_order_relaxed);
+  return true;
+}
+
 void PmdThread::run() {
   if (cpu_ >= 0) {
     const int rc = pin_current_thread(cpu_);
@@ -273,20 +287,9 @@ void PmdThread::run() {
     switch (opts_.mode) {
       case PmdMode::kPoll: __builtin_ia32_pause(); break;
       case PmdMode::kInterrupt: kicks_on = true; try_sleep(); break;
-      case PmdMode::kAdaptive: {
-        const uint64_t now = tsc_now_ns();
-        const bool sleep = idle_.idle(now, idle_.wants_wait(now) ? own_wait.read() : 0);
-        spin_preempted_.store(idle_.preemptions(), std::memory_order_relaxed);
-        if (sleep) {
-          kicks_on = true;
-          if (try_sleep()) idle_.slept(now, tsc_now_ns());
-          // The window in force (0 while giving way), for pmd-stats.
-          spin_window_ns_.store(idle_.effective_window(tsc_now_ns()), std::memory_order_relaxed);
-        } else {
-          __builtin_ia32_pause();
-        }
+      case PmdMode::kAdaptive:
+        if (adaptive_idle(own_wait)) kicks_on = true;
         break;
-      }
     }
   }
   fw_->flush_all();  // no frame stays behind in an intermediate queue

@@ -16,6 +16,7 @@
 #include "dp/idle_policy.h"
 #include "port/port.h"
 #include "util/fd.h"
+#include "util/thread_sched.h"
 
 namespace vl::dp {
 
@@ -130,6 +131,9 @@ class PmdThread {
  private:
   void run();
   bool try_sleep();
+  /// Adaptive mode's idle pass (dp/idle_policy.h): spins a pause or sleeps. Returns true
+  /// if it tried to sleep (kicks are then enabled).
+  bool adaptive_idle(const OwnWait& own_wait);
   void apply_rxqs();
 
   uint32_t index_;
