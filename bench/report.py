@@ -36,6 +36,8 @@ def check_row(r):
         raise ValueError("row misses %s" % missing)
     if r["latency_ns"] is not None and set(r["latency_ns"]) != set(LATENCY_KEYS):
         raise ValueError("latency_ns needs exactly %s" % (LATENCY_KEYS,))
+    if "repeat" in r and not isinstance(r["repeat"], int):
+        raise ValueError("repeat is the run's index, an int: %r" % (r["repeat"],))
 
 
 def load_average():
@@ -164,11 +166,11 @@ def write_json(path, command, version, core_plan, rows, **extra):
     doc = {"command": command, "version": version, "commit": source_commit(),
            "machine": machine(), "core_plan": core_plan, "rows": rows}
     doc.update(extra)
+    text = json.dumps(doc, indent=2) + "\n"  # whole before the file is opened: never half written
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     with open(path, "w") as f:
-        json.dump(doc, f, indent=2)
-        f.write("\n")
+        f.write(text)
 
 
 def fmt_num(v, spec="%.3f", none="-"):

@@ -148,20 +148,20 @@ def bench_native(opts, rows, errors):
             for offloads in opts.offloads:
                 for i in (0, 1):
                     feats = "on" if offloads == "on" else "off"
-                    r = nn.exec(i, ["ethtool", "-K", nn.dev[i], "tx", feats, "sg", feats, "tso",
-                                    feats, "gso", feats, "gro", feats])
-                    if r.returncode != 0:
-                        raise RuntimeError("ethtool -K: " + r.stderr.strip())
-                for r, streams in [(r, n) for r in range(opts.repeat) for n in opts.streams]:
+                    res = nn.exec(i, ["ethtool", "-K", nn.dev[i], "tx", feats, "sg", feats, "tso",
+                                      feats, "gso", feats, "gro", feats])
+                    if res.returncode != 0:
+                        raise RuntimeError("ethtool -K: " + res.stderr.strip())
+                for rep, streams in [(k, n) for k in range(opts.repeat) for n in opts.streams]:
                     srv = subprocess.Popen(["ip", "netns", "exec", nn.ns[1], "iperf3", "-s", "-1"],
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     try:
                         time.sleep(0.5)
-                        r = nn.exec(0, ["iperf3", "-c", nn.addr[1], "-t", str(opts.seconds), "-P",
-                                        str(streams), "-J"], timeout=opts.seconds + 60)
-                        if r.returncode != 0:
-                            raise RuntimeError("iperf3: " + (r.stdout + r.stderr)[-300:])
-                        end = json.loads(r.stdout)["end"]
+                        res = nn.exec(0, ["iperf3", "-c", nn.addr[1], "-t", str(opts.seconds),
+                                          "-P", str(streams), "-J"], timeout=opts.seconds + 60)
+                        if res.returncode != 0:
+                            raise RuntimeError("iperf3: " + (res.stdout + res.stderr)[-300:])
+                        end = json.loads(res.stdout)["end"]
                         mbps = end["sum_received"]["bits_per_second"] / 1e6
                         sent, received = end["sum_sent"]["bytes"], end["sum_received"]["bytes"]
                         retr = end["sum_sent"].get("retransmits", 0)
@@ -170,7 +170,7 @@ def bench_native(opts, rows, errors):
                         srv.wait()
                     log("[tcp native offloads %s -P %d] %.1f Mbit/s" % (offloads, streams, mbps))
                     rows.append(make_row(path, "none", "veth", offloads, streams, opts.seconds,
-                                         mbps, sent, received, retr, repeat=r))
+                                         mbps, sent, received, retr, repeat=rep))
     except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
         msg = "native: failed: %s" % (str(e).strip().splitlines()[0] if str(e) else e)
         log(msg)

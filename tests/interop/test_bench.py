@@ -117,6 +117,28 @@ class Bench(unittest.TestCase):
             if doc["loaded"]:
                 self.assertIn("verdict: taken under load", r.stdout)
 
+    @vltest.ctest("interop_bench_tcp_native_repeat", timeout=120)
+    def test_tcp_native_repeat_writes_whole_json(self):
+        # `bench tcp --paths native --repeat 2`: each run is a row with its index, and the JSON
+        # is whole (the native path once wrote its iperf3 result where the index belonged, and
+        # the JSON stopped there).
+        with vltest.Testbed(self) as tb:
+            out = os.path.join(tb.dir, "tcp.json")
+            argv = [vltest.VIRTLINK, "bench", "tcp", "--paths", "native", "--seconds", "1",
+                    "--streams", "1", "--offloads", "on", "--repeat", "2", "--json", out]
+            r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL, timeout=vltest.WATCHDOG_S - 10,
+                               text=True, env=BENCH_ENV)
+            vltest.log("bench stdout:\n" + r.stdout)
+            self.assertEqual(r.returncode, 0, r.stderr[-4000:])
+            with open(out) as f:
+                doc = json.load(f)
+            rows = [x for x in doc["rows"] if x["path"] == "native"]
+            self.assertEqual(sorted(x["repeat"] for x in rows), [0, 1])
+            for x in rows:
+                self.assertGreater(x["throughput_mbps"], 0)
+                self.assertGreater(x["iperf3"]["received_bytes"], 0)
+
 
 if __name__ == "__main__":
     vltest.main(default_timeout=150)
