@@ -105,6 +105,11 @@ bool load_port(const toml::table& t, port::VhostPortConfig* c, std::string* flus
     } else if (key == "tx_retry_us") {
       if (!get_int<uint32_t>(v, "tx_retry_us", 0, port::kMaxTxRetryUs, &c->tx_retry_us, err)) return false;
       c->explicit_keys |= port::kKeyTxRetry;
+    } else if (key == "completion_coalesce_us") {
+      if (!get_int<uint32_t>(v, "completion_coalesce_us", 0, port::kMaxCompletionCoalesceUs,
+                             &c->completion_coalesce_us, err))
+        return false;
+      c->explicit_keys |= port::kKeyCompletionCoalesce;
     } else {
       *err = fmt::format("unknown port key '{}'", key);
       return false;
@@ -210,6 +215,14 @@ bool load_tx_retry(const toml::node& v, SwitchConfig* cfg, std::string* err) {
   return true;
 }
 
+bool load_completion_coalesce(const toml::node& v, SwitchConfig* cfg, std::string* err) {
+  uint32_t us;
+  if (!get_int<uint32_t>(v, "completion_coalesce_us", 0, port::kMaxCompletionCoalesceUs, &us, err))
+    return false;
+  cfg->completion_coalesce_us = us;
+  return true;
+}
+
 /// [[port]] tables.
 bool load_ports(const toml::node& v, SwitchConfig* cfg, std::string* err) {
   const toml::array* arr = v.as_array();
@@ -283,6 +296,7 @@ constexpr RootKey kRootKeys[] = {
     {"max_guest_memory_gib", load_max_guest_memory},
     {"max_total_guest_memory_gib", load_max_total_guest_memory},
     {"tx_retry_us", load_tx_retry},
+    {"completion_coalesce_us", load_completion_coalesce},
     {"burst",
      [](const toml::node& v, SwitchConfig* c, std::string* e) {
        return get_int<uint32_t>(v, "burst", 1, dp::kMaxBurst, &c->burst, e);
@@ -328,6 +342,8 @@ void apply_port_defaults(SwitchConfig* cfg) {
     if (cfg->max_guest_memory && !(p.explicit_keys & port::kKeyMaxGuestMemory))
       p.max_guest_memory = *cfg->max_guest_memory;
     if (cfg->tx_retry_us && !(p.explicit_keys & port::kKeyTxRetry)) p.tx_retry_us = *cfg->tx_retry_us;
+    if (cfg->completion_coalesce_us && !(p.explicit_keys & port::kKeyCompletionCoalesce))
+      p.completion_coalesce_us = *cfg->completion_coalesce_us;
   }
 }
 

@@ -36,6 +36,7 @@ struct SwitchConfig {
   std::optional<std::string> socket_group;
   std::optional<uint64_t> max_guest_memory;  ///< bytes
   std::optional<uint32_t> tx_retry_us;       ///< µs (port::VhostPortConfig::tx_retry_us)
+  std::optional<uint32_t> completion_coalesce_us;  ///< µs (VhostPortConfig::completion_coalesce_us)
   /// Guest memory mapped over every port and connection together (bytes; a SET_MEM_TABLE
   /// that does not fit is refused: vhost/memory_budget.h). TOML max_total_guest_memory_gib,
   /// --max-total-guest-memory GIB.
@@ -61,9 +62,9 @@ std::optional<dp::PmdMode> parse_pmd_mode(const std::string& s);
 
 /// Reads a TOML file into `cfg` (keys: forward, pmd_cores, pmd_mode, pmd_idle_us, pmd_rxq_assign,
 /// pmd_rx_writers, flush, control, mac_aging_s, mac_table_buckets, mac_limit, burst, socket_mode, socket_owner,
-/// socket_group, max_guest_memory_gib, max_total_guest_memory_gib, tx_retry_us, [[port]] tables with name, type, path,
+/// socket_group, max_guest_memory_gib, max_total_guest_memory_gib, tx_retry_us, completion_coalesce_us, [[port]] tables with name, type, path,
 /// mtu, socket_mode, socket_owner, socket_group, max_guest_memory_gib, mrg_rxbuf, flush,
-/// max_queues, offloads, tx_retry_us, and [[link]] tables with a, b). Returns false with `*err` on any unknown or
+/// max_queues, offloads, tx_retry_us, completion_coalesce_us, and [[link]] tables with a, b). Returns false with `*err` on any unknown or
 /// invalid key.
 bool load_toml(const std::string& file, SwitchConfig* cfg, std::string* err);
 

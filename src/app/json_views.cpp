@@ -49,12 +49,13 @@ void add_queues(const SwitchView& sw, uint32_t port, control::Json* out) {
   const vhost::Backend& b = p.backend();
   const port::PortDp& d = p.dp();
   control::Json qs = control::Json::array();
-  uint64_t rx_calls = 0, tx_calls = 0;
+  uint64_t rx_calls = 0, tx_calls = 0, rx_deferred = 0;
   for (uint32_t q = 0; q < b.queue_pairs(); ++q) {
     const vhost::Vring& rx = b.vring(vhost::rx_vring(q));
     const vhost::Vring& tx = b.vring(vhost::tx_vring(q));
     tx_calls += rx.calls();
     rx_calls += tx.calls();
+    rx_deferred += tx.calls_deferred();
     uint64_t rxp = 0, rxb = 0, txp = 0, txb = 0, nobuf = 0, handed = 0;
     for (const auto& t : sw.pmds.threads()) {
       const port::QueueCounters& c = t->forwarder().queue_counters(port, q);
@@ -96,6 +97,9 @@ void add_queues(const SwitchView& sw, uint32_t port, control::Json* out) {
                   // transmit queue of this pair (the switch's view, like rx/tx above).
                   {"tx_calls", rx.calls()},
                   {"rx_calls", tx.calls()},
+                  // Calls the guest asked for on its transmit queue that were noted for
+                  // later (completion coalescing); several may have gone out as one.
+                  {"rx_calls_deferred", tx.calls_deferred()},
                   {"rx_writer_pmd", writer},
                   {"rx_handoff_target", handed_to},
                   {"handoff_packets", handed},
@@ -107,6 +111,7 @@ void add_queues(const SwitchView& sw, uint32_t port, control::Json* out) {
   (*out)["queues"] = qs;
   (*out)["rx_calls"] = rx_calls;
   (*out)["tx_calls"] = tx_calls;
+  (*out)["rx_calls_deferred"] = rx_deferred;
 }
 
 /// Adds queue_age_max_ns and queue_age_histogram of output `port` to its stats object.

@@ -39,7 +39,10 @@ void print_stats(const Json& r) {
     // Used-buffer notifications sent to the guest: for its receive queues (tx_calls) and
     // for its transmit queues (rx_calls), the switch's view like the counters above.
     const uint64_t tc = p.value("tx_calls", uint64_t{0}), rc = p.value("rx_calls", uint64_t{0});
-    if (tc || rc) fmt::print("{:<12}   calls to the guest: {} (receive queues), {} (transmit queues)\n", "", tc, rc);
+    const uint64_t rd = p.value("rx_calls_deferred", uint64_t{0});
+    if (tc || rc)
+      fmt::print("{:<12}   calls to the guest: {} (receive queues), {} (transmit queues{})\n", "",
+                 tc, rc, rd ? fmt::format("; {} of those asked for held back to go out with a later one", rd) : std::string());
   }
 }
 

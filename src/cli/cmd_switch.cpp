@@ -60,6 +60,12 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
                 "dropped as no_rx_buffer (20; 0: drop at once; at most 10000; like OVS "
                 "tx-retries-max); counted in tx_retries")
       ->check(CLI::Range(int64_t{0}, int64_t{10000}));
+  s->add_option("--completion-coalesce-us", a.completion_coalesce_us,
+                "transmit completion coalescing (like virtio-net's notification coalescing, "
+                "tx_usecs): a call a guest asked for on its transmit queue waits up to US "
+                "microseconds and goes out with the next call into its receive queue if one "
+                "comes sooner (0: off; at most 10000); counted in rx_calls_deferred")
+      ->check(CLI::Range(int64_t{0}, int64_t{10000}));
   s->add_option("--pmd-rxq-assign", a.pmd_rxq_assign,
                 "how rxqs (port, queue pair) go to PMD threads: roundrobin (default) or cycles "
                 "(by measured load, like OVS pmd-rxq-assign=cycles)")
@@ -95,7 +101,7 @@ bool load_config_and_ports(const SwitchArgs& a, app::SwitchConfig* cfg) {
   return true;
 }
 
-/// --offloads, --max-queues, --tx-retry-us: set on every port.
+/// --offloads, --max-queues, --tx-retry-us, --completion-coalesce-us: set on every port.
 void apply_port_options(const SwitchArgs& a, app::SwitchConfig* cfg) {
   if (!a.offloads.empty())
     for (auto& p : cfg->ports) p.offloads = a.offloads == "on";
@@ -105,6 +111,12 @@ void apply_port_options(const SwitchArgs& a, app::SwitchConfig* cfg) {
     for (auto& p : cfg->ports) {
       p.tx_retry_us = static_cast<uint32_t>(a.tx_retry_us);
       p.explicit_keys |= port::kKeyTxRetry;
+    }
+  }
+  if (a.completion_coalesce_us >= 0) {
+    for (auto& p : cfg->ports) {
+      p.completion_coalesce_us = static_cast<uint32_t>(a.completion_coalesce_us);
+      p.explicit_keys |= port::kKeyCompletionCoalesce;
     }
   }
 }

@@ -31,6 +31,7 @@ struct SwitchArgs {
   std::string pmd_rxq_assign;    ///< roundrobin | cycles
   std::string pmd_rx_writers;    ///< follow | fixed
   int64_t tx_retry_us = -1;      ///< -1: per port (default port::kDefaultTxRetryUs)
+  int64_t completion_coalesce_us = -1;  ///< -1: per port (port::kDefaultCompletionCoalesceUs)
 };
 void add_switch_command(CLI::App& app, SwitchArgs& a);
 int run_switch(const SwitchArgs& a);

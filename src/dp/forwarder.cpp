@@ -295,6 +295,7 @@ Drop Forwarder::split_into_slot(Slot& sl, const Chain& ch, uint32_t hdr_len) {
   PortCounters::add(qc.rx_bytes, bt.bytes);
   senders_dirty_ |= bit(bt.in);
   dirty_q_[bt.in] |= static_cast<uint8_t>(1u << bt.qi);
+  taken_[bt.in] += bt.taken;
   nburst_ = bt.k;
   if (lean_ && !lean_split_) lean_n_ = bt.k;  // every chain taken is in burst_, in order
   lean_list_ = lean_split_ ? lean_slots_ : burst_;
@@ -524,12 +525,70 @@ void Forwarder::publish_senders() {
   for (; senders_dirty_; senders_dirty_ &= senders_dirty_ - 1) {
     const uint32_t p = static_cast<uint32_t>(std::countr_zero(senders_dirty_));
     const port::PortDp& d = tables_->ports[p]->dp();
+    if (d.completion_coalesce_ns) [[unlikely]] {
+      publish_coalesced(p, d);
+      continue;
+    }
     for (uint32_t m = dirty_q_[p]; m; m &= m - 1) {
       const port::QueuePairDp& qp = d.qp[std::countr_zero(m)];
       qp.txq.publish_used();
     }
     dirty_q_[p] = 0;
   }
+}
+
+void Forwarder::publish_coalesced(uint32_t p, const port::PortDp& d) {
+  uint32_t asked = 0;
+  uint32_t bound = UINT32_MAX;  // chains a driver may have used and not been called for
+  for (uint32_t m = dirty_q_[p]; m; m &= m - 1) {
+    const uint32_t q = static_cast<uint32_t>(std::countr_zero(m));
+    const port::QueuePairDp& qp = d.qp[q];
+    if (qp.txq.publish_used_deferred()) asked |= 1u << q;
+    if (qp.txq) bound = std::min(bound, qp.txq.visit([](auto& r) { return r.size(); }) / kCoalesceRingFraction);
+  }
+  dirty_q_[p] = 0;
+  if (!asked) return;
+  if (!(calls_due_ & bit(p))) {
+    call_at_[p] = clock_() + d.completion_coalesce_ns;
+    next_call_ns_ = calls_due_ ? std::min(next_call_ns_, call_at_[p]) : call_at_[p];
+    calls_due_ |= bit(p);
+    call_from_[p] = taken_[p];
+  }
+  call_q_[p] |= static_cast<uint8_t>(asked);
+  // A driver that sent many frames since it asked may be running out of room in its ring
+  // (Linux stops its queue a few entries short of full): no more waiting.
+  if (taken_[p] - call_from_[p] >= bound) send_calls(p);
+}
+
+void Forwarder::send_calls(uint32_t p) {
+  port::Port* vp = tables_->ports[p];
+  if (vp->active()) [[likely]] {
+    const port::PortDp& d = vp->dp();
+    for (uint32_t m = call_q_[p]; m; m &= m - 1) d.qp[std::countr_zero(m)].txq.flush_call();
+  }
+  call_q_[p] = 0;
+  calls_due_ &= ~bit(p);
+}
+
+void Forwarder::send_due_calls() {
+  const uint64_t now = clock_();
+  if (now < next_call_ns_) return;
+  uint64_t next = UINT64_MAX;
+  for (uint64_t m = calls_due_; m; m &= m - 1) {
+    const uint32_t p = static_cast<uint32_t>(std::countr_zero(m));
+    if (call_at_[p] <= now) send_calls(p);
+    else next = std::min(next, call_at_[p]);
+  }
+  next_call_ns_ = next;
+}
+
+uint64_t Forwarder::ns_to_next_call() const {
+  if (!calls_due_) return 0;
+  uint64_t next = UINT64_MAX;
+  for (uint64_t m = calls_due_; m; m &= m - 1)
+    next = std::min(next, call_at_[std::countr_zero(m)]);
+  const uint64_t now = clock_();
+  return next > now ? next - now : 1;
 }
 
 void Forwarder::flush_port(uint32_t o, uint64_t prev_check_ns, bool may_keep) {
@@ -817,7 +876,9 @@ uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, u
   }
   if (j > run_j) age.add(now > run_t ? now - run_t : 0, j - run_j);
   end_delivery(o, qi, sent, bytes, nobuf);
-  rq->publish_used();
+  // A call into the guest's receive queue takes its noted transmit completions along
+  // (one interrupt where the queues share one, as INTx does).
+  if (rq->publish_used() && (calls_due_ & bit(o))) [[unlikely]] send_calls(o);
   return j;
 }
 

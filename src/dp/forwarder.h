@@ -118,6 +118,18 @@ class Forwarder {
   void release_paused();
   /// Frames waiting in intermediate queues.
   bool holding() const { return held_ != 0; }
+  /// Transmit completion coalescing (port::PortDp::completion_coalesce_ns,
+  /// docs/architecture.md "Notifications"): calls noted for later are pending.
+  bool calls_pending() const { return calls_due_ != 0; }
+  /// Sends the noted calls whose time is up (once per pass while calls_pending()).
+  void send_due_calls();
+  /// ns until the first noted call is due (at least 1), 0 when none is pending: the
+  /// longest a sleep may last.
+  uint64_t ns_to_next_call() const;
+  /// Sends every noted call now (before rxqs move to other threads, when stopping).
+  void send_all_calls() {
+    while (calls_due_) send_calls(static_cast<uint32_t>(std::countr_zero(calls_due_)));
+  }
   /// Delivers the frames other PMD threads handed to this one (dp/handoff.h) into the guest
   /// receive queues it writes; once per pass. Returns the frames taken from the rings.
   uint32_t drain_handoffs();
@@ -280,8 +292,17 @@ class Forwarder {
   /// Marks a slot done: every queue it sat in was delivered (retired later, in order).
   void complete(uint16_t s);
   /// Retires every sender with done slots, then publishes the used entries of every
-  /// sender's transmit queues (one index store each).
+  /// sender's transmit queues (one index store each; a call the driver asks for there is
+  /// noted for later where the port coalesces completions).
   void publish_senders();
+  /// Sends port `p`'s noted calls (a call into its receive queue went out, or their time
+  /// is up); a paused port's rings keep their notes for PmdThread::send_noted_calls().
+  void send_calls(uint32_t p);
+  void publish_coalesced(uint32_t p, const port::PortDp& d);
+  /// A port coalescing completions calls at once when it took a quarter of its ring's
+  /// entries from a sender since its last call: well before a Linux driver, which stops
+  /// its queue with 2 + MAX_SKB_FRAGS entries left, waits on a full ring.
+  static constexpr uint32_t kCoalesceRingFraction = 4;
   void refresh_policies();
   bool gap_fresh_ = true;         // no check since the queues were last all empty
 
@@ -321,6 +342,15 @@ class Forwarder {
   uint64_t retire_due_ = 0;       // senders with done slots not yet retired
   uint64_t senders_dirty_ = 0;    // ports whose transmit queue has unpublished used entries
   uint8_t dirty_q_[port::kMaxPorts] = {};  // per such port: which queue pairs
+  // Completion coalescing (publish_senders): ports with noted calls, their queue pairs,
+  // when each port's go out (ns), the first of those (UINT64_MAX: none), the chains taken
+  // from each sender (a running count), and that count when its first call was noted.
+  uint64_t calls_due_ = 0;
+  uint8_t call_q_[port::kMaxPorts] = {};
+  uint64_t call_at_[port::kMaxPorts] = {};
+  uint64_t next_call_ns_ = UINT64_MAX;
+  uint32_t taken_[port::kMaxPorts] = {};
+  uint32_t call_from_[port::kMaxPorts] = {};
   uint32_t live_from_[port::kMaxPorts] = {};  // slots in use per sender
   uint16_t src_old_[port::kMaxPorts];         // per sender: oldest slot in use, or kNoSlot
   uint16_t src_young_[port::kMaxPorts];       // per sender: youngest slot in use

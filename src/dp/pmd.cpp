@@ -39,6 +39,9 @@ const char* pmd_mode_name(PmdMode m) {
 
 namespace {
 constexpr uint64_t kWakeKey = 0xffffffffffffffffull;
+// A noted call due sooner than this is waited for by polling, not by a timed sleep (whose
+// wake-up alone takes the timer slack, 50 us by default).
+constexpr uint64_t kMinTimedSleepNs = 5'000;
 }  // namespace
 
 PmdThread::PmdThread(uint32_t index, int cpu, SwitchTables* t, PmdOptions opts,
@@ -104,13 +107,23 @@ uint64_t PmdThread::post_rxqs(const std::vector<RxqId>& l) {
 
 void PmdThread::apply_rxqs() {
   // Everything held goes out first: every chain taken from the rxqs being given up is back
-  // in its transmit queue's used ring before another thread may poll that queue.
+  // in its transmit queue's used ring before another thread may poll that queue, with the
+  // calls noted for it (that thread then writes the call fd alone).
   fw_->flush_all();
+  fw_->send_all_calls();
+  send_noted_calls();
   std::lock_guard<std::mutex> lk(mu_);
   std::copy(pending_, pending_ + npending_, rxqs_);
   nrxqs_ = npending_;
   seen_gen_ = posted_gen_.load(std::memory_order_relaxed);
   applied_gen_.store(seen_gen_, std::memory_order_release);
+}
+
+void PmdThread::send_noted_calls() {
+  for (uint32_t i = 0; i < nrxqs_; ++i) {
+    port::Port* vp = tables_->ports[rxqs_[i].port];
+    if (vp->active()) vp->dp().qp[rxqs_[i].queue].txq.flush_call();
+  }
 }
 
 uint64_t PmdThread::elapsed_cycles() const {
@@ -180,13 +193,19 @@ bool PmdThread::try_sleep() {
     if (d.txq.pending() != 0) pending = true;
   }
   if (pending || stop_.load(std::memory_order_relaxed)) return false;
+  // Noted calls (completion coalescing) bound the sleep; one due about now ends it.
+  const uint64_t call_ns = fw_->ns_to_next_call();
+  if (call_ns && call_ns < kMinTimedSleepNs) return false;
   sleeping_.store(true, std::memory_order_seq_cst);
   if (fw_->handoff_pending()) {  // after the store: a producer either sees us asleep or we see its frames
     sleeping_.store(false, std::memory_order_seq_cst);
     return false;
   }
+  timespec limit{1, 0};
+  if (call_ns) limit = timespec{static_cast<time_t>(call_ns / 1'000'000'000),
+                                static_cast<long>(call_ns % 1'000'000'000)};
   epoll_event evs[16];
-  const int n = epoll_wait(epoll_.get(), evs, 16, 1000);
+  const int n = epoll_pwait2(epoll_.get(), evs, 16, &limit, nullptr);
   sleeping_.store(false, std::memory_order_seq_cst);
   sleeps_.fetch_add(1, std::memory_order_relaxed);
   for (int i = 0; i < n; ++i) {
@@ -240,6 +259,7 @@ void PmdThread::run() {
     if (gen != seen_gen) {  // a port (re)started: its ring asks for kicks again
       seen_gen = gen;
       kicks_on = true;
+      send_noted_calls();  // calls noted before it paused
     }
     // Adaptive mode's clock (idle_policy.h): the pass's start, so a long burst is not
     // mistaken for time off the CPU.
@@ -263,6 +283,7 @@ void PmdThread::run() {
     // taken, and counted, by the thread that polled them).
     const uint32_t handed = fw_->drain_handoffs();
     fw_->end_pass();  // held queues whose interval or budget is up
+    if (fw_->calls_pending()) [[unlikely]] fw_->send_due_calls();  // completion coalescing
     if (got || handed) {
       const uint64_t t1 = rdtsc();
       busy_passes_.store(busy_passes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -293,6 +314,8 @@ void PmdThread::run() {
     }
   }
   fw_->flush_all();  // no frame stays behind in an intermediate queue
+  fw_->send_all_calls();
+  send_noted_calls();
   exited_.store(true, std::memory_order_release);
 }
 

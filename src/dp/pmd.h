@@ -135,6 +135,9 @@ class PmdThread {
   /// if it tried to sleep (kicks are then enabled).
   bool adaptive_idle(const OwnWait& own_wait);
   void apply_rxqs();
+  /// Sends the calls noted in the transmit queues of this thread's rxqs (completion
+  /// coalescing), active ports only: those a paused port kept, once it is back.
+  void send_noted_calls();
 
   uint32_t index_;
   int cpu_;

@@ -78,6 +78,7 @@ struct PortDp {
   RxTargets rx_for[kMaxPmdThreads];
   offload::RxCaps caps;      ///< what the receiver negotiated (header, offloads, MTU)
   uint64_t tx_retry_ns = 0;  ///< bounded retry into a full receive queue (VhostPortConfig)
+  uint64_t completion_coalesce_ns = 0;  ///< transmit completion coalescing (VhostPortConfig)
 
   bool has_rxq() const { return rx_ready != 0; }
   bool has_txq() const {

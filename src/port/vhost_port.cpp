@@ -243,6 +243,11 @@ void VhostPort::resume_datapath() {
     p.rx_shared = &shared_[2 * q];
     p.tx_shared = &shared_[2 * q + 1];
     p.kickless = p.has_txq() && !tx.kick.valid();
+    // No kick is ever waited for on the guest's receive queue (a full one is retried by
+    // polling, --tx-retry-us): its driver need not kick when it refills (a packed ring
+    // starts with kicks enabled, a split one without EVENT_IDX too), as DPDK's vhost
+    // library also asks of every queue it polls.
+    if (p.has_rxq() && !rx.broken()) p.rxq.set_kicks(false);
     any |= p.has_rxq() || p.has_txq();
   }
   for (uint32_t q = d.nqp; q < kMaxQueuePairs; ++q) {
@@ -256,6 +261,7 @@ void VhostPort::resume_datapath() {
   d.caps.features = backend_.features();
   d.caps.max_frame = max_frame();
   d.tx_retry_ns = uint64_t{cfg_.tx_retry_us} * 1000;
+  d.completion_coalesce_ns = uint64_t{cfg_.completion_coalesce_us} * 1000;
   dp_ = d;
   for (uint32_t q = 0; q < d.nqp; ++q) {
     const vhost::Vring& tx = backend_.vring(vhost::tx_vring(q));

@@ -22,6 +22,9 @@ enum class SocketMode : uint8_t { kServer, kClient };
 /// Default of VhostPortConfig::tx_retry_us, and its largest value (µs).
 inline constexpr uint32_t kDefaultTxRetryUs = 20;
 inline constexpr uint32_t kMaxTxRetryUs = 10000;
+/// Default of VhostPortConfig::completion_coalesce_us, and its largest value (µs).
+inline constexpr uint32_t kDefaultCompletionCoalesceUs = 250;
+inline constexpr uint32_t kMaxCompletionCoalesceUs = 10000;
 
 struct VhostPortConfig {
   std::string name;
@@ -41,6 +44,12 @@ struct VhostPortConfig {
   /// no_rx_buffer. Frames kept count in tx_retries. Like OVS's tx-retries-max, bounded in
   /// time rather than attempts.
   uint32_t tx_retry_us = kDefaultTxRetryUs;
+  /// Transmit completion coalescing (µs, 0: off), in the spirit of virtio-net's
+  /// notification coalescing (virtio 1.3 §5.1.6.5.6, tx_usecs): a call the guest asked for on
+  /// its transmit queue (its sent buffers are used) waits up to this long, and goes out
+  /// with the next call into its receive queue if one comes sooner; counted in
+  /// rx_calls_deferred. docs/architecture.md "Notifications".
+  uint32_t completion_coalesce_us = kDefaultCompletionCoalesceUs;
   /// Most bytes of guest memory one connection may map (SET_MEM_TABLE beyond it is
   /// refused): bounds the address space a front-end can take.
   uint64_t max_guest_memory = uint64_t{1} << 40;
@@ -56,6 +65,7 @@ enum PortKey : uint32_t {
   kKeySocketGroup = 4,
   kKeyMaxGuestMemory = 8,
   kKeyTxRetry = 16,
+  kKeyCompletionCoalesce = 32,
 };
 
 /// Told before a port's rings or memory change, so that a direct link serving that port's

@@ -73,6 +73,8 @@ struct Vring {
   bool broken() const { return packed ? pq.broken() : q.broken(); }
   /// Used-buffer notifications sent to the front-end on this ring (both layouts' queues).
   uint64_t calls() const { return q.calls() + pq.calls(); }
+  /// Of those the driver asked for, the ones noted for a later call (completion coalescing).
+  uint64_t calls_deferred() const { return q.calls_deferred() + pq.calls_deferred(); }
   bool call_blocked() const { return q.call_blocked() || pq.call_blocked(); }
   /// Takes the queue down keeping where it was: an attached ring's position goes into
   /// `base` (split: next avail index; packed: both slots and wrap counters), so the ring

@@ -54,6 +54,18 @@ class DeviceRingBase {
       __atomic_store_n(&call_blocked_, true, __ATOMIC_RELEASE);
     }
   }
+  /// Sends the call a publish_used(defer = true) noted, if any: the driver asked for it and
+  /// may take it late, never not at all (a spurious one is allowed, virtio 1.2 §2.7.7).
+  void flush_call() {
+    if (call_deferred_) {
+      call_deferred_ = false;
+      signal();
+    }
+  }
+  bool call_deferred() const { return call_deferred_; }
+  /// Calls the driver asked for that publish_used(defer = true) noted rather than sent
+  /// (several may go out as one flush_call()); any thread may read it.
+  uint64_t calls_deferred() const { return __atomic_load_n(&calls_deferred_, __ATOMIC_RELAXED); }
   /// A write to the call fd blocked until the watchdog interrupted it: proof of a hostile
   /// front-end (the port drops the connection). Sticky: survives attach(), so re-setting
   /// the ring does not clear it; only a new queue object (a new connection) does.
@@ -70,6 +82,7 @@ class DeviceRingBase {
     event_idx_ = has(features, kRingFEventIdx);
     indirect_ = has(features, kRingFIndirectDesc);
     broken_ = false;
+    // (A noted call survives: the driver may still wait for it; a spurious one is allowed.)
   }
   /// detach()'s common part.
   void unbind() {
@@ -83,7 +96,21 @@ class DeviceRingBase {
   bool indirect_ = false;   ///< VIRTIO_RING_F_INDIRECT_DESC negotiated
   bool broken_ = false;
   bool call_blocked_ = false;  ///< see call_blocked(); written by a PMD thread
+  bool call_deferred_ = false;  ///< a call noted by publish_used(true), see flush_call()
   uint64_t calls_ = 0;         ///< see calls(); written by the queue's writer thread
+  uint64_t calls_deferred_ = 0;  ///< see calls_deferred(); the same writer
+  /// publish_used()'s ending: signals a call the driver asked for (`need`), or notes it
+  /// (`defer`) for flush_call().
+  void call_if(bool need, bool defer) {
+    if (!need) return;
+    if (defer) {
+      call_deferred_ = true;
+      __atomic_store_n(&calls_deferred_, __atomic_load_n(&calls_deferred_, __ATOMIC_RELAXED) + 1,
+                       __ATOMIC_RELAXED);
+    } else {
+      signal();
+    }
+  }
   int call_fd_ = -1;
   DirtyLog* log_ = nullptr;  ///< live migration: set_dirty_log() of each layout
 };

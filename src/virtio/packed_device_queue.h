@@ -188,9 +188,9 @@ class PackedDeviceQueue : public DeviceRingBase {
   /// Writes the pushed used descriptors into the ring (virtio 1.2 §2.8.9: ID, length, then
   /// AVAIL and USED flags equal to the used wrap counter; the burst's first flags last) and
   /// signals the call eventfd when the driver's event suppression structure asks for it
-  /// (§2.8.10: ENABLE, or DESC with EVENT_IDX when the event offset was passed). Returns
-  /// true if it signalled.
-  bool publish_used() {
+  /// (§2.8.10: ENABLE, or DESC with EVENT_IDX when the event offset was passed). `defer`:
+  /// as SplitDeviceQueue::publish_used. Returns true if the driver asked for a call.
+  bool publish_used(bool defer = false) {
     if (!nshadow_) return false;
     const uint16_t old_pos = used_pos_;
     // Locals: the release stores below would make every member be reloaded each entry.
@@ -250,7 +250,7 @@ class PackedDeviceQueue : public DeviceRingBase {
     } else {
       need = true;  // ENABLE (and reserved values: a spurious notification is harmless)
     }
-    if (need) signal();
+    call_if(need, defer);
     return need;
   }
 

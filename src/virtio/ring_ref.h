@@ -46,6 +46,15 @@ class RingRef {
   void publish_used() const {
     if (*this) visit([](auto& q) { q.publish_used(); });
   }
+  /// publish_used(defer = true): true if the driver asked for a call, now noted in the
+  /// queue for flush_call(); false when there is none.
+  bool publish_used_deferred() const {
+    return *this && visit([](auto& q) { return q.publish_used(true); });
+  }
+  /// Sends a call noted by publish_used_deferred(); nothing when there is none.
+  void flush_call() const {
+    if (*this) visit([](auto& q) { q.flush_call(); });
+  }
 
  private:
   void* q_ = nullptr;

@@ -105,6 +105,30 @@ TEST(ConfigToml, TxRetryGlobalAndPerPort) {
   EXPECT_EQ(port::VhostPortConfig{}.tx_retry_us, port::kDefaultTxRetryUs);
 }
 
+// completion_coalesce_us (transmit completion coalescing): global and per port like
+// tx_retry_us; 250 us unless set; out-of-range values are refused.
+TEST(ConfigToml, CompletionCoalesceGlobalAndPerPort) {
+  const std::string f = write_toml(
+      "completion_coalesce_us = 1000\n"
+      "[[port]]\nname = \"a\"\npath = \"/tmp/vl-ct-a.sock\"\n"
+      "[[port]]\nname = \"b\"\npath = \"/tmp/vl-ct-b.sock\"\ncompletion_coalesce_us = 0\n");
+  SwitchConfig c;
+  std::string err;
+  ASSERT_TRUE(load_toml(f, &c, &err)) << err;
+  apply_port_defaults(&c);
+  ASSERT_EQ(c.ports.size(), 2u);
+  EXPECT_EQ(c.ports[0].completion_coalesce_us, 1000u);
+  EXPECT_EQ(c.ports[1].completion_coalesce_us, 0u);
+  std::remove(f.c_str());
+  const std::string bad = write_toml("[[port]]\nname = \"a\"\npath = \"/tmp/vl-ct-a.sock\"\n"
+                                     "completion_coalesce_us = 10001\n");
+  SwitchConfig c2;
+  EXPECT_FALSE(load_toml(bad, &c2, &err));
+  EXPECT_NE(err.find("completion_coalesce_us"), std::string::npos) << err;
+  std::remove(bad.c_str());
+  EXPECT_EQ(port::VhostPortConfig{}.completion_coalesce_us, 250u);
+}
+
 // The switch-wide cap on guest memory (vhost/memory_budget.h): 64 TiB unless set, in GiB,
 // 1 to 2^17.
 TEST(ConfigToml, MaxTotalGuestMemory) {
@@ -134,7 +158,7 @@ TEST(ConfigToml, EveryTopLevelKey) {
       "flush = \"budget=40\"\ncontrol = \"/tmp/vl-ct.ctl\"\nmac_aging_s = 12\n"
       "mac_table_buckets = 1024\nmac_limit = 99\nsocket_mode = 0o640\n"
       "socket_owner = \"nobody\"\nsocket_group = \"nogroup\"\nmax_guest_memory_gib = 3\n"
-      "tx_retry_us = 7\nburst = 16\n"
+      "tx_retry_us = 7\ncompletion_coalesce_us = 300\nburst = 16\n"
       "[[port]]\nname = \"a\"\npath = \"/tmp/vl-ct-a.sock\"\nflush = \"immediate\"\n"
       "[[port]]\nname = \"b\"\ntype = \"vhost-user-client\"\npath = \"/tmp/vl-ct-b.sock\"\n"
       "[[link]]\na = \"a\"\nb = \"b\"\n");
@@ -158,6 +182,7 @@ TEST(ConfigToml, EveryTopLevelKey) {
   EXPECT_EQ(c.socket_group, "nogroup");
   EXPECT_EQ(c.max_guest_memory, uint64_t{3} << 30);
   EXPECT_EQ(c.tx_retry_us, 7u);
+  EXPECT_EQ(c.completion_coalesce_us, 300u);
   EXPECT_EQ(c.burst, 16u);
   ASSERT_EQ(c.ports.size(), 2u);
   EXPECT_EQ(c.ports[0].mode, port::SocketMode::kServer);
