@@ -525,29 +525,24 @@ void Forwarder::publish_senders() {
   for (; senders_dirty_; senders_dirty_ &= senders_dirty_ - 1) {
     const uint32_t p = static_cast<uint32_t>(std::countr_zero(senders_dirty_));
     const port::PortDp& d = tables_->ports[p]->dp();
-    if (d.completion_coalesce_ns) [[unlikely]] {
-      publish_coalesced(p, d);
-      continue;
-    }
+    const bool coalesce = d.completion_coalesce_ns != 0;
+    uint32_t asked = 0;  // queue pairs whose driver asked for a call
     for (uint32_t m = dirty_q_[p]; m; m &= m - 1) {
-      const port::QueuePairDp& qp = d.qp[std::countr_zero(m)];
-      qp.txq.publish_used();
+      const uint32_t q = static_cast<uint32_t>(std::countr_zero(m));
+      if (d.qp[q].txq.publish_used(coalesce)) asked |= 1u << q;
     }
     dirty_q_[p] = 0;
+    // (A front-end that polls never asks.)
+    if (coalesce && asked) [[unlikely]] note_calls(p, d, asked);
   }
 }
 
-void Forwarder::publish_coalesced(uint32_t p, const port::PortDp& d) {
-  uint32_t asked = 0;
+void Forwarder::note_calls(uint32_t p, const port::PortDp& d, uint32_t asked) {
   uint32_t bound = UINT32_MAX;  // chains a driver may have used and not been called for
-  for (uint32_t m = dirty_q_[p]; m; m &= m - 1) {
-    const uint32_t q = static_cast<uint32_t>(std::countr_zero(m));
-    const port::QueuePairDp& qp = d.qp[q];
-    if (qp.txq.publish_used_deferred()) asked |= 1u << q;
-    if (qp.txq) bound = std::min(bound, qp.txq.visit([](auto& r) { return r.size(); }) / kCoalesceRingFraction);
+  for (uint32_t m = asked; m; m &= m - 1) {
+    const virtio::RingRef& r = d.qp[std::countr_zero(m)].txq;
+    bound = std::min(bound, r.visit([](auto& q) { return q.size(); }) / kCoalesceRingFraction);
   }
-  dirty_q_[p] = 0;
-  if (!asked) return;
   if (!(calls_due_ & bit(p))) {
     call_at_[p] = clock_() + d.completion_coalesce_ns;
     next_call_ns_ = calls_due_ ? std::min(next_call_ns_, call_at_[p]) : call_at_[p];

@@ -298,7 +298,9 @@ class Forwarder {
   /// Sends port `p`'s noted calls (a call into its receive queue went out, or their time
   /// is up); a paused port's rings keep their notes for PmdThread::send_noted_calls().
   void send_calls(uint32_t p);
-  void publish_coalesced(uint32_t p, const port::PortDp& d);
+  /// publish_senders(): the calls the drivers of port `p`'s queue pairs `asked` for were
+  /// noted in their rings; when they go out.
+  void note_calls(uint32_t p, const port::PortDp& d, uint32_t asked);
   /// A port coalescing completions calls at once when it took a quarter of its ring's
   /// entries from a sender since its last call: well before a Linux driver, which stops
   /// its queue with 2 + MAX_SKB_FRAGS entries left, waits on a full ring.

@@ -190,7 +190,7 @@ class PackedDeviceQueue : public DeviceRingBase {
   /// signals the call eventfd when the driver's event suppression structure asks for it
   /// (§2.8.10: ENABLE, or DESC with EVENT_IDX when the event offset was passed). `defer`:
   /// as SplitDeviceQueue::publish_used. Returns true if the driver asked for a call.
-  bool publish_used(bool defer = false) {
+  [[gnu::always_inline]] bool publish_used(bool defer = false) {
     if (!nshadow_) return false;
     const uint16_t old_pos = used_pos_;
     // Locals: the release stores below would make every member be reloaded each entry.

@@ -42,16 +42,13 @@ class RingRef {
   void set_kicks(bool on) const {
     if (*this) visit([on](auto& q) { q.set_kicks(on); });
   }
-  /// Makes pushed used entries visible (one index or flags store); nothing when none.
-  void publish_used() const {
-    if (*this) visit([](auto& q) { q.publish_used(); });
+  /// Makes pushed used entries visible (one index or flags store) and calls the driver if
+  /// it asked, or with `defer` notes that call for flush_call(). Returns true if it asked;
+  /// false when there is no queue.
+  bool publish_used(bool defer = false) const {
+    return *this && visit([defer](auto& q) { return q.publish_used(defer); });
   }
-  /// publish_used(defer = true): true if the driver asked for a call, now noted in the
-  /// queue for flush_call(); false when there is none.
-  bool publish_used_deferred() const {
-    return *this && visit([](auto& q) { return q.publish_used(true); });
-  }
-  /// Sends a call noted by publish_used_deferred(); nothing when there is none.
+  /// Sends a call noted by publish_used(true); nothing when there is none.
   void flush_call() const {
     if (*this) visit([](auto& q) { q.flush_call(); });
   }

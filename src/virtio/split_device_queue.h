@@ -154,7 +154,7 @@ class SplitDeviceQueue : public DeviceRingBase {
   /// when the driver asked for it (used_event with EVENT_IDX, else the NO_INTERRUPT flag;
   /// virtio 1.2 §2.7.10). `defer`: a call the driver asked for is noted instead, for
   /// flush_call() (transmit notification coalescing). Returns true if the driver asked.
-  bool publish_used(bool defer = false) {
+  [[gnu::always_inline]] bool publish_used(bool defer = false) {
     if (last_used_ == published_used_) return false;
     const uint16_t old = published_used_;
     __atomic_store_n(&used_->idx, last_used_, __ATOMIC_RELEASE);
