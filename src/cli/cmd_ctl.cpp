@@ -42,7 +42,7 @@ void print_stats(const Json& r) {
     const uint64_t rd = p.value("rx_calls_deferred", uint64_t{0});
     if (tc || rc)
       fmt::print("{:<12}   calls to the guest: {} (receive queues), {} (transmit queues{})\n", "",
-                 tc, rc, rd ? fmt::format("; {} of those asked for held back to go out with a later one", rd) : std::string());
+                 tc, rc, rd ? fmt::format("; {} of the guest's asks held back, several going out as one", rd) : std::string());
   }
 }
 

@@ -464,9 +464,15 @@ uint64_t Forwarder::flush_before_sleep() {
 }
 
 void Forwarder::release_paused() {
-  for (uint64_t m = held_ | live_src_; m; m &= m - 1) {
+  for (uint64_t m = held_ | live_src_ | calls_due_; m; m &= m - 1) {
     if (!tables_->ports[std::countr_zero(m)]->active()) {
       flush_all();
+      // Calls noted for a paused port (flush_all may have noted some) go out now, before
+      // the control thread changes its rings: a note must not outlive the pause.
+      for (uint64_t c = calls_due_; c; c &= c - 1) {
+        const uint32_t p = static_cast<uint32_t>(std::countr_zero(c));
+        if (!tables_->ports[p]->active()) send_calls(p);
+      }
       return;
     }
   }
@@ -547,22 +553,22 @@ void Forwarder::note_calls(uint32_t p, const port::PortDp& d, uint32_t asked) {
     call_at_[p] = clock_() + d.completion_coalesce_ns;
     next_call_ns_ = calls_due_ ? std::min(next_call_ns_, call_at_[p]) : call_at_[p];
     calls_due_ |= bit(p);
-    call_from_[p] = taken_[p];
   }
   call_q_[p] |= static_cast<uint8_t>(asked);
-  // A driver that sent many frames since it asked may be running out of room in its ring
-  // (Linux stops its queue a few entries short of full): no more waiting.
+  // A driver that sent many frames since its last call may be running out of room in its
+  // ring (Linux stops its queue a few entries short of full, then asks once, far ahead):
+  // no waiting.
   if (taken_[p] - call_from_[p] >= bound) send_calls(p);
 }
 
 void Forwarder::send_calls(uint32_t p) {
-  port::Port* vp = tables_->ports[p];
-  if (vp->active()) [[likely]] {
-    const port::PortDp& d = vp->dp();
-    for (uint32_t m = call_q_[p]; m; m &= m - 1) d.qp[std::countr_zero(m)].txq.flush_call();
-  }
+  // Active, or paused and seen so right after a quiescent point (release_paused): its view
+  // is still whole until the next one.
+  const port::PortDp& d = tables_->ports[p]->dp();
+  for (uint32_t m = call_q_[p]; m; m &= m - 1) d.qp[std::countr_zero(m)].txq.flush_call();
   call_q_[p] = 0;
   calls_due_ &= ~bit(p);
+  call_from_[p] = taken_[p];
 }
 
 void Forwarder::send_due_calls() {
@@ -571,7 +577,8 @@ void Forwarder::send_due_calls() {
   uint64_t next = UINT64_MAX;
   for (uint64_t m = calls_due_; m; m &= m - 1) {
     const uint32_t p = static_cast<uint32_t>(std::countr_zero(m));
-    if (call_at_[p] <= now) send_calls(p);
+    // A paused port's notes wait for the next quiescent point (release_paused sends them).
+    if (call_at_[p] <= now && tables_->ports[p]->active()) send_calls(p);
     else next = std::min(next, call_at_[p]);
   }
   next_call_ns_ = next;

@@ -295,8 +295,8 @@ class Forwarder {
   /// sender's transmit queues (one index store each; a call the driver asks for there is
   /// noted for later where the port coalesces completions).
   void publish_senders();
-  /// Sends port `p`'s noted calls (a call into its receive queue went out, or their time
-  /// is up); a paused port's rings keep their notes for PmdThread::send_noted_calls().
+  /// Sends port `p`'s noted calls (a call into its receive queue went out, their time is up,
+  /// or the port paused: then from release_paused() only, right after a quiescent point).
   void send_calls(uint32_t p);
   /// publish_senders(): the calls the drivers of port `p`'s queue pairs `asked` for were
   /// noted in their rings; when they go out.

@@ -115,6 +115,7 @@ void PmdThread::apply_rxqs() {
   std::lock_guard<std::mutex> lk(mu_);
   std::copy(pending_, pending_ + npending_, rxqs_);
   nrxqs_ = npending_;
+  send_noted_calls();  // (a gained queue's ring may hold one from before a pause)
   seen_gen_ = posted_gen_.load(std::memory_order_relaxed);
   applied_gen_.store(seen_gen_, std::memory_order_release);
 }
@@ -196,6 +197,9 @@ bool PmdThread::try_sleep() {
   // Noted calls (completion coalescing) bound the sleep; one due about now ends it.
   const uint64_t call_ns = fw_->ns_to_next_call();
   if (call_ns && call_ns < kMinTimedSleepNs) return false;
+  // A thread asleep with notes is not quiescent (PmdSet::wait_quiescent wakes it): it must
+  // pass a quiescent point and send a pausing port's notes first.
+  holds_notes_.store(call_ns != 0, std::memory_order_seq_cst);
   sleeping_.store(true, std::memory_order_seq_cst);
   if (fw_->handoff_pending()) {  // after the store: a producer either sees us asleep or we see its frames
     sleeping_.store(false, std::memory_order_seq_cst);
@@ -205,7 +209,10 @@ bool PmdThread::try_sleep() {
   if (call_ns) limit = timespec{static_cast<time_t>(call_ns / 1'000'000'000),
                                 static_cast<long>(call_ns % 1'000'000'000)};
   epoll_event evs[16];
-  const int n = epoll_pwait2(epoll_.get(), evs, 16, &limit, nullptr);
+  int n = epoll_pwait2(epoll_.get(), evs, 16, &limit, nullptr);
+  if (n < 0 && errno == ENOSYS) [[unlikely]]  // Linux before 5.11: ms, rounded up
+    n = epoll_wait(epoll_.get(), evs, 16,
+                   static_cast<int>(limit.tv_sec * 1000 + (limit.tv_nsec + 999'999) / 1'000'000));
   sleeping_.store(false, std::memory_order_seq_cst);
   sleeps_.fetch_add(1, std::memory_order_relaxed);
   for (int i = 0; i < n; ++i) {
@@ -250,7 +257,8 @@ void PmdThread::run() {
   uint64_t seen_gen = 0;
   while (!stop_.load(std::memory_order_relaxed)) {
     passes_.fetch_add(1, std::memory_order_seq_cst);  // quiescent point (see pmd.h)
-    if (fw_->holding()) fw_->release_paused();  // frames held across passes: pmd.h
+    // Frames held across passes, calls noted for later: pmd.h.
+    if (fw_->holding() || fw_->calls_pending()) fw_->release_paused();
     if (posted_gen_.load(std::memory_order_acquire) != seen_gen_) [[unlikely]] {
       apply_rxqs();  // a new rxq list (pmd.h: delivers everything first)
       kicks_on = true;
@@ -497,7 +505,13 @@ void PmdSet::wait_quiescent() {
     // Two quiescent points: frames held across passes are released right after one
     // (Forwarder::release_paused) if a port they involve was seen paused there; the
     // first point after our `active = false` may not have seen it, the second has.
-    while (threads_[i]->passes() - seen[i] < 2 && !threads_[i]->sleeping()) {
+    uint64_t woken_at = ~0ull;  // passes() when we last woke it
+    while (threads_[i]->passes() - seen[i] < 2 && !threads_[i]->asleep_quiescent()) {
+      // Asleep with noted calls: wake it (once per sleep) to pass its quiescent points.
+      if (threads_[i]->sleeping() && threads_[i]->passes() != woken_at) {
+        woken_at = threads_[i]->passes();
+        threads_[i]->wake();
+      }
       timespec ts{0, 5000};
       nanosleep(&ts, nullptr);
       // A pass takes microseconds; 10 ms means the thread is blocked on a front-end's fd

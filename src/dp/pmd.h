@@ -96,6 +96,10 @@ class PmdThread {
   /// Quiescence and wake-up, for the control thread.
   uint64_t passes() const { return passes_.load(std::memory_order_seq_cst); }
   bool sleeping() const { return sleeping_.load(std::memory_order_seq_cst); }
+  /// Asleep and holding no noted call (completion coalescing): quiescent.
+  bool asleep_quiescent() const {
+    return sleeping() && !holds_notes_.load(std::memory_order_seq_cst);
+  }
   void wake();
   /// What a handoff ring to this thread needs to wake it (dp/handoff.h).
   const std::atomic<bool>* sleeping_flag() const { return &sleeping_; }
@@ -161,6 +165,7 @@ class PmdThread {
   std::atomic<bool> exited_{false};  ///< run() returned (stop() interrupts it until then)
   std::atomic<uint64_t> passes_{0};
   std::atomic<bool> sleeping_{false};
+  std::atomic<bool> holds_notes_{false};  ///< set before each sleep: asleep_quiescent()
   uint64_t watchdog_passes_ = ~0ull;  ///< passes() at the previous check_stuck()
   std::atomic<uint64_t> busy_passes_{0}, sleeps_{0}, busy_cycles_{0}, packets_{0};
   AdaptiveIdle idle_;  ///< adaptive mode's sleep decision (thread only)
