@@ -49,7 +49,7 @@ namespace {
 
 template <typename T>
 bool get_int(const toml::node& n, const char* key, T lo, T hi, T* out, std::string* err) {
-  auto v = n.value<int64_t>();
+  auto v = n.is_integer() ? n.value<int64_t>() : std::nullopt;  // (not a bool or a float)
   if (!v || *v < static_cast<int64_t>(lo) || *v > static_cast<int64_t>(hi)) {
     *err = fmt::format("'{}' must be an integer in {}..{}", key, lo, hi);
     return false;

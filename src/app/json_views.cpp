@@ -162,6 +162,9 @@ control::Json stats_json(const SwitchView& sw) {
                      {"tx_packets", c.tx_packets},
                      {"tx_bytes", c.tx_bytes},
                      {"tx_retries", c.tx_retries},
+                     // The port's settings in force (VhostPortConfig), µs.
+                     {"tx_retry_us", p.config().tx_retry_us},
+                     {"completion_coalesce_us", p.config().completion_coalesce_us},
                      // SET_MEM_TABLEs refused by --max-total-guest-memory (item 22)
                      {"guest_memory_refused", p.backend().mem_tables_refused()},
                      {"drops", drops},

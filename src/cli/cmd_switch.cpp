@@ -64,7 +64,7 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
                 "transmit completion coalescing (like virtio-net's notification coalescing, "
                 "tx_usecs): a call a guest asked for on its transmit queue waits up to US "
                 "microseconds and goes out with the next call into its receive queue if one "
-                "comes sooner (0: off; at most 10000); counted in rx_calls_deferred")
+                "comes sooner (250; 0: off; at most 10000); counted in rx_calls_deferred")
       ->check(CLI::Range(int64_t{0}, int64_t{10000}));
   s->add_option("--pmd-rxq-assign", a.pmd_rxq_assign,
                 "how rxqs (port, queue pair) go to PMD threads: roundrobin (default) or cycles "

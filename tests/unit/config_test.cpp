@@ -127,6 +127,13 @@ TEST(ConfigToml, CompletionCoalesceGlobalAndPerPort) {
   EXPECT_NE(err.find("completion_coalesce_us"), std::string::npos) << err;
   std::remove(bad.c_str());
   EXPECT_EQ(port::VhostPortConfig{}.completion_coalesce_us, 250u);
+  // An integer key takes an integer: not a bool (toml++ would read true as 1) nor a float.
+  for (const char* v : {"true", "2.5"}) {
+    const std::string b = write_toml(std::string("completion_coalesce_us = ") + v + "\n");
+    SwitchConfig c3;
+    EXPECT_FALSE(load_toml(b, &c3, &err)) << v;
+    std::remove(b.c_str());
+  }
 }
 
 // The switch-wide cap on guest memory (vhost/memory_budget.h): 64 TiB unless set, in GiB,

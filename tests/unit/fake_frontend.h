@@ -16,6 +16,7 @@
 #include "fake_driver.h"
 #include "port/port.h"
 #include "port/vhost_port.h"
+#include "port/vhost_port.h"
 #include "vhost/backend.h"
 #include "vhost_peer.h"
 
@@ -119,6 +120,17 @@ struct Frontend {
     }
   }
 };
+
+/// The configuration of port `i` in the forwarding tests' rigs: named 'a' + i, one queue
+/// pair, MTU 1500, no socket file (the front-end connects over a socketpair).
+inline port::VhostPortConfig rig_port_config(uint32_t i) {
+  port::VhostPortConfig c;
+  c.name = std::string(1, static_cast<char>('a' + i));
+  c.path = "/nonexistent";
+  c.max_queues = 1;
+  c.mtu = 1500;
+  return c;
+}
 
 /// Connects front-end `fe` (a Frontend or an AnyRingFrontend: anything with `peer` and
 /// `pump`) to port `p` over a socketpair, the port's back-end pumped in the caller's
