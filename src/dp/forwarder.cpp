@@ -600,8 +600,7 @@ void Forwarder::flush_port(uint32_t o, uint64_t prev_check_ns, bool may_keep) {
   held_ &= ~bit(o);
   // Frames kept past their burst whose segments are in the burst's arena move to their
   // slot or the kept-segment store (note_kept).
-  const bool keep = may_keep;
-  const uint32_t done = send_slots(o, tq.slot, cnt, prev_check_ns, keep);
+  const uint32_t done = send_slots(o, tq.slot, cnt, prev_check_ns, may_keep);
   for (uint32_t i = 0; i < done; ++i) unref(tq.slot[i]);
   if (done < cnt) [[unlikely]] {
     // A full receive queue: what did not fit waits in the queue for the next pass
