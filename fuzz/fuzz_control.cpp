@@ -381,7 +381,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   if (mkdir(h->dir.c_str(), 0700) != 0) die("mkdir " + h->dir + ": " + strerror(errno));
   app::SwitchConfig cfg;
   for (const char* n : kPorts) {
-    port::VhostPortConfig p;
+    port::PortConfig p;
     p.name = n;
     p.path = h->dir + "/" + n + ".sock";  // never created: the ports are not started
     cfg.ports.push_back(p);

@@ -12,21 +12,48 @@
 
 namespace vl::app {
 
-std::optional<port::VhostPortConfig> parse_port_spec(const std::string& spec, std::string* err) {
+namespace {
+/// The port types, as `--port NAME=TYPE:ARG` and TOML `type` spell them.
+struct TypeName {
+  const char* name;
+  port::PortType type;
+  port::SocketMode mode;
+};
+constexpr TypeName kTypes[] = {
+    {"vhost-user", port::PortType::kVhostUser, port::SocketMode::kServer},
+    {"vhost-user-client", port::PortType::kVhostUser, port::SocketMode::kClient},
+    {"tap", port::PortType::kTap, port::SocketMode::kServer},
+    {"af-packet", port::PortType::kAfPacket, port::SocketMode::kServer},
+    {"af-xdp", port::PortType::kAfXdp, port::SocketMode::kServer},
+    {"dpdk", port::PortType::kDpdk, port::SocketMode::kServer},
+};
+constexpr const char* kTypeList = "vhost-user, vhost-user-client, tap, af-packet, af-xdp or dpdk";
+
+bool set_port_type(const std::string& type, port::PortConfig* c) {
+  for (const TypeName& t : kTypes) {
+    if (type != t.name) continue;
+    c->type = t.type;
+    c->mode = t.mode;
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
+std::optional<port::PortConfig> parse_port_spec(const std::string& spec, std::string* err) {
   const size_t eq = spec.find('=');
   const size_t colon = eq == std::string::npos ? std::string::npos : spec.find(':', eq);
   if (eq == std::string::npos || colon == std::string::npos || eq == 0 || colon + 1 == spec.size()) {
-    *err = fmt::format("port '{}': expected NAME=vhost-user:PATH or NAME=vhost-user-client:PATH", spec);
+    *err = fmt::format("port '{}': expected NAME=TYPE:ARG (vhost-user:PATH, vhost-user-client:PATH, "
+                       "tap:IFNAME, af-packet:IFACE, af-xdp:IFACE, dpdk:DEVARGS)", spec);
     return std::nullopt;
   }
-  port::VhostPortConfig c;
+  port::PortConfig c;
   c.name = spec.substr(0, eq);
   const std::string type = spec.substr(eq + 1, colon - eq - 1);
   c.path = spec.substr(colon + 1);
-  if (type == "vhost-user") c.mode = port::SocketMode::kServer;
-  else if (type == "vhost-user-client") c.mode = port::SocketMode::kClient;
-  else {
-    *err = fmt::format("port '{}': unknown type '{}' (vhost-user or vhost-user-client)", spec, type);
+  if (!set_port_type(type, &c)) {
+    *err = fmt::format("port '{}': unknown type '{}' ({})", spec, type, kTypeList);
     return std::nullopt;
   }
   return c;
@@ -68,7 +95,7 @@ bool get_str(const toml::node& n, const char* key, std::string* out, std::string
   return true;
 }
 
-bool load_port(const toml::table& t, port::VhostPortConfig* c, std::string* flush, std::string* err) {
+bool load_port(const toml::table& t, port::PortConfig* c, std::string* flush, std::string* err) {
   std::string type = "vhost-user";
   for (auto&& [k, v] : t) {
     const std::string key(k.str());
@@ -102,6 +129,11 @@ bool load_port(const toml::table& t, port::VhostPortConfig* c, std::string* flus
       c->offloads = *b;
     } else if (key == "max_queues") {
       if (!get_int<uint32_t>(v, "max_queues", 1, 8, &c->max_queues, err)) return false;
+    } else if (key == "queue_size") {
+      if (!get_int<uint32_t>(v, "queue_size", 64, 4096, &c->queue_size, err)) return false;
+      if (c->queue_size & (c->queue_size - 1)) { *err = "'queue_size' must be a power of two"; return false; }
+    } else if (key == "queues") {
+      if (!get_int<uint32_t>(v, "queues", 1, port::kMaxQueuePairs, &c->queues, err)) return false;
     } else if (key == "tx_retry_us") {
       if (!get_int<uint32_t>(v, "tx_retry_us", 0, port::kMaxTxRetryUs, &c->tx_retry_us, err)) return false;
       c->explicit_keys |= port::kKeyTxRetry;
@@ -115,10 +147,14 @@ bool load_port(const toml::table& t, port::VhostPortConfig* c, std::string* flus
       return false;
     }
   }
-  if (type == "vhost-user") c->mode = port::SocketMode::kServer;
-  else if (type == "vhost-user-client") c->mode = port::SocketMode::kClient;
-  else { *err = fmt::format("unknown port type '{}'", type); return false; }
-  if (c->name.empty() || c->path.empty()) { *err = "every [[port]] needs a name and a path"; return false; }
+  if (!set_port_type(type, c)) {
+    *err = fmt::format("unknown port type '{}' ({})", type, kTypeList);
+    return false;
+  }
+  if (c->name.empty() || c->path.empty()) {
+    *err = "every [[port]] needs a name and a path (a socket path, an interface, DEVARGS)";
+    return false;
+  }
   return true;
 }
 
@@ -230,7 +266,7 @@ bool load_ports(const toml::node& v, SwitchConfig* cfg, std::string* err) {
   for (auto&& e : *arr) {
     const toml::table* t = e.as_table();
     if (!t) { *err = "'port' entries must be tables"; return false; }
-    port::VhostPortConfig pc;
+    port::PortConfig pc;
     std::string flush;
     if (!load_port(*t, &pc, &flush, err)) return false;
     if (!flush.empty()) cfg->port_flush[pc.name] = flush;
@@ -367,7 +403,9 @@ bool validate(const SwitchConfig& cfg, std::string* err) {
   std::set<std::string> names, paths;
   for (const auto& p : cfg.ports) {
     if (!names.insert(p.name).second) { *err = fmt::format("port name '{}' used twice", p.name); return false; }
-    if (!paths.insert(p.path).second) { *err = fmt::format("socket path '{}' used twice", p.path); return false; }
+    // A socket path, or an interface or device (one port each), used twice.
+    const std::string key = (p.type == port::PortType::kVhostUser ? "socket path '" : "interface '") + p.path + "'";
+    if (!paths.insert(key).second) { *err = fmt::format("{} used twice", key); return false; }
   }
   // xconnect pairs ports in the order given, 1<->2, 3<->4, ... (INTERFACES.md): with an odd
   // count the last port would have no peer and drop every frame it receives.

@@ -16,7 +16,7 @@
 namespace vl::app {
 
 struct SwitchConfig {
-  std::vector<port::VhostPortConfig> ports;
+  std::vector<port::PortConfig> ports;
   dp::ForwardMode forward = dp::ForwardMode::kBridge;
   std::vector<int> pmd_cores;  ///< empty: one unpinned PMD thread
   dp::PmdOptions pmd;
@@ -35,8 +35,8 @@ struct SwitchConfig {
   std::optional<std::string> socket_owner;
   std::optional<std::string> socket_group;
   std::optional<uint64_t> max_guest_memory;  ///< bytes
-  std::optional<uint32_t> tx_retry_us;       ///< µs (port::VhostPortConfig::tx_retry_us)
-  std::optional<uint32_t> completion_coalesce_us;  ///< µs (VhostPortConfig::completion_coalesce_us)
+  std::optional<uint32_t> tx_retry_us;       ///< µs (port::PortConfig::tx_retry_us)
+  std::optional<uint32_t> completion_coalesce_us;  ///< µs (PortConfig::completion_coalesce_us)
   /// Guest memory mapped over every port and connection together (bytes; a SET_MEM_TABLE
   /// that does not fit is refused: vhost/memory_budget.h). TOML max_total_guest_memory_gib,
   /// --max-total-guest-memory GIB.
@@ -56,7 +56,7 @@ void apply_port_defaults(SwitchConfig* cfg);
 std::optional<uint32_t> parse_socket_mode(const std::string& s);
 
 /// Parses "NAME=vhost-user:PATH" or "NAME=vhost-user-client:PATH".
-std::optional<port::VhostPortConfig> parse_port_spec(const std::string& spec, std::string* err);
+std::optional<port::PortConfig> parse_port_spec(const std::string& spec, std::string* err);
 std::optional<dp::ForwardMode> parse_forward(const std::string& s);
 std::optional<dp::PmdMode> parse_pmd_mode(const std::string& s);
 

@@ -42,12 +42,39 @@ control::Json sched_json(int tid) {
           {"involuntary_switches", ts.involuntary}};
 }
 
+/// The switch's counters of queue pair q of `port` (summed over PMD threads), and which
+/// thread writes its receive queue (-1: none) and whether others hand frames to it.
+struct QueueView {
+  uint64_t rxp = 0, rxb = 0, txp = 0, txb = 0, nobuf = 0, handed = 0;
+  int writer = -1;
+  bool handed_to = false;
+};
+QueueView queue_view(const SwitchView& sw, uint32_t port, uint32_t q) {
+  QueueView v;
+  for (const auto& t : sw.pmds.threads()) {
+    const port::QueueCounters& c = t->forwarder().queue_counters(port, q);
+    v.handed += c.handoff_packets.load(std::memory_order_relaxed);
+    v.rxp += c.rx_packets.load(std::memory_order_relaxed);
+    v.rxb += c.rx_bytes.load(std::memory_order_relaxed);
+    v.txp += c.tx_packets.load(std::memory_order_relaxed);
+    v.txb += c.tx_bytes.load(std::memory_order_relaxed);
+    v.nobuf += c.no_rx_buffer.load(std::memory_order_relaxed);
+  }
+  const port::PortDp& d = sw.ports[port]->dp();
+  for (uint32_t t = 0; t < sw.pmds.threads().size() && t < port::kMaxPmdThreads; ++t) {
+    const port::PortDp::RxTargets& r = d.rx_for[t];
+    if (std::find(r.q, r.q + r.n, q) == r.q + r.n) continue;
+    if (r.via == port::PortDp::kDirect) v.writer = static_cast<int>(t);
+    else v.handed_to = true;
+  }
+  return v;
+}
+
 /// Adds "queues": per queue pair enabled/ready flags, counters, lock and self-check
 /// counters of `port` to its stats object.
-void add_queues(const SwitchView& sw, uint32_t port, control::Json* out) {
-  const port::VhostPort& p = *sw.ports[port];
+void add_queues(const SwitchView& sw, uint32_t port, const port::VhostPort& p,
+                control::Json* out) {
   const vhost::Backend& b = p.backend();
-  const port::PortDp& d = p.dp();
   control::Json qs = control::Json::array();
   uint64_t rx_calls = 0, tx_calls = 0, rx_deferred = 0;
   for (uint32_t q = 0; q < b.queue_pairs(); ++q) {
@@ -56,16 +83,8 @@ void add_queues(const SwitchView& sw, uint32_t port, control::Json* out) {
     tx_calls += rx.calls();
     rx_calls += tx.calls();
     rx_deferred += tx.calls_deferred();
-    uint64_t rxp = 0, rxb = 0, txp = 0, txb = 0, nobuf = 0, handed = 0;
-    for (const auto& t : sw.pmds.threads()) {
-      const port::QueueCounters& c = t->forwarder().queue_counters(port, q);
-      handed += c.handoff_packets.load(std::memory_order_relaxed);
-      rxp += c.rx_packets.load(std::memory_order_relaxed);
-      rxb += c.rx_bytes.load(std::memory_order_relaxed);
-      txp += c.tx_packets.load(std::memory_order_relaxed);
-      txb += c.tx_bytes.load(std::memory_order_relaxed);
-      nobuf += c.no_rx_buffer.load(std::memory_order_relaxed);
-    }
+    const QueueView qv = queue_view(sw, port, q);
+    const uint64_t rxp = qv.rxp, rxb = qv.rxb, txp = qv.txp, txb = qv.txb, nobuf = qv.nobuf;
     // Shown: pair 0, pairs the front-end set up, and pairs that ever carried traffic (the
     // counters live as long as the switch, like the port's).
     if (q > 0 && !rx.num && !tx.num && !rxp && !txp && !nobuf) continue;
@@ -73,14 +92,8 @@ void add_queues(const SwitchView& sw, uint32_t port, control::Json* out) {
     const port::QueueShared& ts = p.tx_shared(q);
     const dp::PmdThread* owner = sw.pmds.owner_of(port, q);
     // The PMD thread that writes this receive queue (port.h PortDp::rx_for), -1 if none.
-    int writer = -1;
-    bool handed_to = false;
-    for (uint32_t t = 0; t < sw.pmds.threads().size() && t < port::kMaxPmdThreads; ++t) {
-      const port::PortDp::RxTargets& r = d.rx_for[t];
-      if (std::find(r.q, r.q + r.n, q) == r.q + r.n) continue;
-      if (r.via == port::PortDp::kDirect) writer = static_cast<int>(t);
-      else handed_to = true;
-    }
+    const int writer = qv.writer;
+    const bool handed_to = qv.handed_to;
     qs.push_back({{"queue", q},
                   {"enabled", rx.enabled || tx.enabled},
                   {"rx_enabled", rx.enabled},
@@ -102,7 +115,7 @@ void add_queues(const SwitchView& sw, uint32_t port, control::Json* out) {
                   {"rx_calls_deferred", tx.calls_deferred()},
                   {"rx_writer_pmd", writer},
                   {"rx_handoff_target", handed_to},
-                  {"handoff_packets", handed},
+                  {"handoff_packets", qv.handed},
                   {"concurrent_entries", rs.concurrent.load(std::memory_order_relaxed) +
                                              ts.concurrent.load(std::memory_order_relaxed)},
                   {"last_rx_thread", static_cast<int>(rs.last_thread.load(std::memory_order_relaxed))},
@@ -112,6 +125,55 @@ void add_queues(const SwitchView& sw, uint32_t port, control::Json* out) {
   (*out)["rx_calls"] = rx_calls;
   (*out)["tx_calls"] = tx_calls;
   (*out)["rx_calls_deferred"] = rx_deferred;
+}
+
+/// An uplink's "queues" and "uplink" (its wire: link, the device's counters).
+void add_uplink(const SwitchView& sw, uint32_t port, const port::UplinkPort& p,
+                control::Json* out) {
+  control::Json qs = control::Json::array();
+  uint64_t wrx = 0, wtx = 0, wdrop = 0;
+  for (uint32_t q = 0; q < std::max(1u, p.queue_pairs()); ++q) {
+    const QueueView v = queue_view(sw, port, q);
+    const port::UplinkQueueCounters u = p.queue_counters(q);
+    wrx += u.wire_rx_packets;
+    wtx += u.wire_tx_packets;
+    wdrop += u.wire_tx_dropped;
+    const dp::PmdThread* owner = sw.pmds.owner_of(port, q);
+    qs.push_back({{"queue", q},
+                  {"pmd", owner ? static_cast<int>(owner->index()) : -1},
+                  {"rx_packets", v.rxp},
+                  {"rx_bytes", v.rxb},
+                  {"tx_packets", v.txp},
+                  {"tx_bytes", v.txb},
+                  {"no_rx_buffer", v.nobuf},
+                  {"rx_writer_pmd", v.writer},
+                  {"rx_handoff_target", v.handed_to},
+                  {"handoff_packets", v.handed},
+                  {"wire_rx_packets", u.wire_rx_packets},
+                  {"wire_tx_packets", u.wire_tx_packets},
+                  {"wire_tx_dropped", u.wire_tx_dropped},
+                  {"bad_used", u.bad_used}});
+  }
+  (*out)["queues"] = qs;
+  control::Json dev = control::Json::object();
+  if (p.wire()) {
+    wire::DeviceCounters dc;
+    p.wire()->counters(&dc);
+    for (const auto& kv : dc) dev[kv.first] = kv.second;
+  }
+  (*out)["uplink"] = {{"link", p.wire() && p.wire()->link_up() ? "up" : "down"},
+                      {"offloads", p.wire() && p.wire()->info().offloads},
+                      {"rx_interrupts", p.wire() && p.wire()->info().rx_interrupts},
+                      {"wire_rx_packets", wrx},
+                      {"wire_tx_packets", wtx},
+                      {"wire_tx_dropped", wdrop},
+                      {"device", dev}};
+}
+
+uint64_t port_features(const port::Port& p) {
+  if (const auto* v = dynamic_cast<const port::VhostPort*>(&p)) return v->backend().features();
+  if (const auto* u = dynamic_cast<const port::UplinkPort*>(&p)) return u->features();
+  return 0;
 }
 
 /// Adds queue_age_max_ns and queue_age_histogram of output `port` to its stats object.
@@ -141,7 +203,7 @@ void add_queue_age(const SwitchView& sw, uint32_t port, control::Json* out) {
 control::Json stats_json(const SwitchView& sw) {
   control::Json ports = control::Json::array();
   for (uint32_t i = 0; i < sw.ports.size(); ++i) {
-    const port::VhostPort& p = *sw.ports[i];
+    const port::Port& p = *sw.ports[i];
     const port::CounterSnapshot c = sum_counters(sw, i);
     control::Json drops = control::Json::object();
     for (uint32_t d = 0; d < port::kNumDrops; ++d)
@@ -149,11 +211,13 @@ control::Json stats_json(const SwitchView& sw) {
     control::Json soft = control::Json::object();
     for (uint32_t k = 0; k < offload::kNumWork; ++k)
       soft[offload::work_name(static_cast<offload::Work>(k))] = c.offload_work[k];
-    const uint64_t f = p.backend().features();
-    ports.push_back({{"name", p.config().name},
-                     {"type", p.config().mode == port::SocketMode::kServer ? "vhost-user"
-                                                                           : "vhost-user-client"},
-                     {"path", p.config().path},
+    const uint64_t f = port_features(p);
+    const auto* v = dynamic_cast<const port::VhostPort*>(&p);
+    const auto* u = dynamic_cast<const port::UplinkPort*>(&p);
+    const port::PortConfig& cfg = v ? v->config() : u->config();
+    ports.push_back({{"name", p.name()},
+                     {"type", p.type_name()},
+                     {"path", p.target()},
                      {"state", p.state()},
                      {"features", hex(f)},
                      {"feature_names", feature_names(f)},
@@ -162,22 +226,25 @@ control::Json stats_json(const SwitchView& sw) {
                      {"tx_packets", c.tx_packets},
                      {"tx_bytes", c.tx_bytes},
                      {"tx_retries", c.tx_retries},
-                     // The port's settings in force (VhostPortConfig), µs.
-                     {"tx_retry_us", p.config().tx_retry_us},
-                     {"completion_coalesce_us", p.config().completion_coalesce_us},
-                     // SET_MEM_TABLEs refused by --max-total-guest-memory (item 22)
-                     {"guest_memory_refused", p.backend().mem_tables_refused()},
+                     // The port's settings in force (PortConfig), µs.
+                     {"tx_retry_us", cfg.tx_retry_us},
+                     {"completion_coalesce_us", u ? 0 : cfg.completion_coalesce_us},
                      {"drops", drops},
                      {"flush", dp::flush_policy_name(sw.tables.flush_policy(i))},
-                     {"offload", soft},
-                     {"migration",
-                      {{"logging", p.backend().logging()},
-                       {"dirty_pages_logged",
-                        p.backend().log_stats().pages_logged.load(std::memory_order_relaxed)},
-                       {"dirty_log_out_of_range",
-                        p.backend().log_stats().out_of_range.load(std::memory_order_relaxed)}}}});
-    add_queue_age(sw, i, &ports.back());
-    add_queues(sw, i, &ports.back());
+                     {"offload", soft}});
+    control::Json& o = ports.back();
+    if (v) {
+      // SET_MEM_TABLEs refused by --max-total-guest-memory (item 22)
+      o["guest_memory_refused"] = v->backend().mem_tables_refused();
+      o["migration"] = {
+          {"logging", v->backend().logging()},
+          {"dirty_pages_logged", v->backend().log_stats().pages_logged.load(std::memory_order_relaxed)},
+          {"dirty_log_out_of_range",
+           v->backend().log_stats().out_of_range.load(std::memory_order_relaxed)}};
+    }
+    add_queue_age(sw, i, &o);
+    if (v) add_queues(sw, i, *v, &o);
+    if (u) add_uplink(sw, i, *u, &o);
   }
   return {{"ports", ports}};
 }
@@ -185,7 +252,27 @@ control::Json stats_json(const SwitchView& sw) {
 control::Json ports_json(const SwitchView& sw) {
   control::Json out = control::Json::array();
   for (uint32_t i = 0; i < sw.ports.size(); ++i) {
-    const port::VhostPort& p = *sw.ports[i];
+    if (const auto* u = dynamic_cast<const port::UplinkPort*>(sw.ports[i].get())) {
+      const port::UplinkPort& p = *u;
+      out.push_back({{"name", p.name()},
+                     {"id", i},
+                     {"type", p.type_name()},
+                     {"path", p.target()},
+                     {"state", p.state()},
+                     {"link", p.wire() && p.wire()->link_up() ? "up" : "down"},
+                     {"mtu", p.wire() ? p.wire()->info().mtu : 0},
+                     {"mtu_config", p.config().mtu},
+                     {"max_frame", p.dp().caps.max_frame},
+                     {"features", hex(p.features())},
+                     {"offloads", p.wire() && p.wire()->info().offloads},
+                     {"rx_interrupts", p.wire() && p.wire()->info().rx_interrupts},
+                     {"pmd", sw.pmds.owner_of(i) ? static_cast<int>(sw.pmds.owner_of(i)->index()) : -1},
+                     {"queue_pairs", p.queue_pairs()},
+                     {"queue_size", p.config().queue_size},
+                     {"direct_link", sw.links.role(i)}});
+      continue;
+    }
+    const port::VhostPort& p = dynamic_cast<const port::VhostPort&>(*sw.ports[i]);
     const vhost::Backend& b = p.backend();
     control::Json vrings = control::Json::array();
     for (uint32_t v = 0; v < b.num_vrings(); ++v) {
@@ -205,11 +292,10 @@ control::Json ports_json(const SwitchView& sw) {
                         {"kick", r.kick.valid() ? "eventfd" : (r.started ? "polling" : "none")},
                         {"call", r.call.valid()}});
     }
-    out.push_back({{"name", p.config().name},
+    out.push_back({{"name", p.name()},
                    {"id", i},
-                   {"type", p.config().mode == port::SocketMode::kServer ? "vhost-user"
-                                                                         : "vhost-user-client"},
-                   {"path", p.config().path},
+                   {"type", p.type_name()},
+                   {"path", p.target()},
                    {"state", p.state()},
                    {"connects", p.connects()},
                    {"messages", b.messages()},
@@ -235,7 +321,7 @@ class FdbStream final : public control::ReplyStream {
  public:
   FdbStream(const SwitchView& sw, uint32_t port, size_t limit)
       : fdb_(sw.fdb), now_s_(sw.tables.now_s.load()), port_(port), limit_(limit) {
-    for (const auto& p : sw.ports) names_.push_back(control::Json(p->config().name).dump());
+    for (const auto& p : sw.ports) names_.push_back(control::Json(p->name()).dump());
   }
 
   bool next(std::string* out) override {
@@ -311,7 +397,7 @@ control::Json pmd_stats_json(const SwitchView& sw) {
       total += samples.back().cycles;
     }
     for (const Sample& s : samples) {
-      const std::string& name = sw.ports[s.q.port]->config().name;
+      const std::string& name = sw.ports[s.q.port]->name();
       names.push_back(name);
       rxqs.push_back({{"port", name},
                       {"queue", s.q.queue},
@@ -352,7 +438,7 @@ control::Json pmd_rxq_json(const SwitchView& sw) {
   for (const auto& t : sw.pmds.threads()) {
     control::Json rxqs = control::Json::array();
     for (const dp::RxqId& q : t->rxqs())
-      rxqs.push_back({{"port", sw.ports[q.port]->config().name}, {"queue", q.queue}});
+      rxqs.push_back({{"port", sw.ports[q.port]->name()}, {"queue", q.queue}});
     out.push_back({{"pmd", t->index()}, {"cpu", t->cpu()}, {"rxqs", rxqs}});
   }
   return {{"assign", dp::rxq_assign_name(sw.pmds.assign_mode())},

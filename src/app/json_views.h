@@ -13,6 +13,7 @@
 #include "dp/fdb.h"
 #include "dp/forwarder.h"
 #include "dp/pmd.h"
+#include "port/uplink_port.h"
 #include "port/vhost_port.h"
 
 namespace vl::app {
@@ -23,7 +24,7 @@ struct SwitchView {
   const dp::SwitchTables& tables;
   const dp::Fdb& fdb;
   const dp::PmdSet& pmds;
-  const std::vector<std::unique_ptr<port::VhostPort>>& ports;
+  const std::vector<std::unique_ptr<port::Port>>& ports;
   const LinkManager& links;
 };
 

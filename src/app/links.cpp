@@ -40,7 +40,11 @@ const char* LinkManager::state_name(State s) {
   return "?";
 }
 
-std::string LinkManager::name(uint32_t p) const { return (*ports_)[p]->config().name; }
+std::string LinkManager::name(uint32_t p) const { return (*ports_)[p]->name(); }
+
+port::VhostPort* LinkManager::vhost(uint32_t p) const {
+  return dynamic_cast<port::VhostPort*>((*ports_)[p].get());
+}
 
 LinkManager::Link* LinkManager::find(uint32_t port) {
   for (Link& l : links_)
@@ -70,6 +74,11 @@ bool LinkManager::link(const std::string& a, const std::string& b, control::Json
   }
   if (ia == ib) {
     *err = "a port cannot be linked to itself";
+    return false;
+  }
+  if (!vhost(static_cast<uint32_t>(ia)) || !vhost(static_cast<uint32_t>(ib))) {
+    *err = fmt::format("port '{}' is not a vhost-user port: direct links join vhost-user ports",
+                       vhost(static_cast<uint32_t>(ia)) ? b : a);
     return false;
   }
   for (const Link& l : links_) {
@@ -165,8 +174,8 @@ LinkManager::Call LinkManager::call(vhost::Channel& ch, LinkReq req, const void*
 }
 
 std::string LinkManager::not_ready(const Link& l) {
-  port::VhostPort& pb = *(*ports_)[l.b];
-  vhost::Backend& be = (*ports_)[l.a]->backend_for_link();
+  port::VhostPort& pb = *vhost(l.b);
+  vhost::Backend& be = vhost(l.a)->backend_for_link();
   if (!be.connected()) return fmt::format("port {} is not connected", name(l.a));
   if (!be.memory() || !be.vring(vhost::kRxVring).ready || !be.vring(vhost::kTxVring).ready)
     return fmt::format("port {}'s rings are not ready", name(l.a));
@@ -228,8 +237,8 @@ LinkManager::Call LinkManager::send_vring(vhost::Channel& ch, const vhost::Vring
 
 void LinkManager::establish(Link& l) {
   if (std::string why = not_ready(l); !why.empty()) return set_switched(l, std::move(why));
-  port::VhostPort& pa = *(*ports_)[l.a];
-  port::VhostPort& pb = *(*ports_)[l.b];
+  port::VhostPort& pa = *vhost(l.a);
+  port::VhostPort& pb = *vhost(l.b);
   vhost::Backend& be = pa.backend_for_link();
   const int cfd = pb.backend().link_channel_fd();
   auto ch = std::make_unique<vhost::Channel>(UniqueFd(fcntl(cfd, F_DUPFD_CLOEXEC, 0)));
@@ -295,7 +304,7 @@ void LinkManager::revoke(Link& l, const std::string& reason) {
 }
 
 void LinkManager::finish_revoke(Link& l, const vhost::Message* reply, const std::string& reason) {
-  port::VhostPort& pa = *(*ports_)[l.a];
+  port::VhostPort& pa = *vhost(l.a);
   vhost::LinkStopReply r{};
   const bool have = reply && reply->hdr.size == sizeof r;
   if (have) {

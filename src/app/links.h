@@ -39,7 +39,7 @@ class LinkManager final : public port::LinkHooks {
   /// How long the switch waits for each reply from B (ms).
   static constexpr int kReplyTimeoutMs = 1000;
 
-  explicit LinkManager(std::vector<std::unique_ptr<port::VhostPort>>* ports) : ports_(ports) {}
+  explicit LinkManager(std::vector<std::unique_ptr<port::Port>>* ports) : ports_(ports) {}
   ~LinkManager() override = default;
 
   /// Records the link "B serves A" and tries it at once. `*out`: {a, b, state, why}.
@@ -93,8 +93,10 @@ class LinkManager final : public port::LinkHooks {
   static const char* state_name(State s);
   control::Json describe(const Link& l) const;
   std::string name(uint32_t p) const;
+  /// Port p as a vhost-user port, null if it is another type.
+  port::VhostPort* vhost(uint32_t p) const;
 
-  std::vector<std::unique_ptr<port::VhostPort>>* ports_;
+  std::vector<std::unique_ptr<port::Port>>* ports_;
   std::vector<Link> links_;
   port::CounterSnapshot reported_[port::kMaxPorts];
   int busy_ = 0;  ///< inside establish/revoke: port_changing calls are ours

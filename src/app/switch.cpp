@@ -61,9 +61,14 @@ void Switch::add_ports() {
   tables_.now_s.store(static_cast<uint32_t>(mono_s()));
   pmds_ = std::make_unique<dp::PmdSet>(&tables_, cfg_.pmd_cores, cfg_.pmd);
   for (uint32_t i = 0; i < cfg_.ports.size(); ++i) {
-    ports_.push_back(
-        std::make_unique<port::VhostPort>(i, cfg_.ports[i], pmds_.get(), &mem_budget_));
-    ports_.back()->set_link_hooks(&links_);
+    const port::PortConfig& pc = cfg_.ports[i];
+    if (pc.type == port::PortType::kVhostUser) {
+      auto v = std::make_unique<port::VhostPort>(i, pc, pmds_.get(), &mem_budget_);
+      v->set_link_hooks(&links_);
+      ports_.push_back(std::move(v));
+    } else {
+      ports_.push_back(std::make_unique<port::UplinkPort>(i, pc, port::make_wire(pc), pmds_.get()));
+    }
     tables_.ports[i] = ports_.back().get();
     tables_.xc_peer[i] = dp::SwitchTables::kNoPeer;
   }
@@ -148,9 +153,9 @@ void Switch::on_tick() {
   pmds_->watchdog();  // a PMD thread blocked on a front-end's fd is interrupted (dp/pmd.h)
   pmds_->place_rx_writers();  // receive-queue writers follow traffic (dp/pmd.h)
   for (uint32_t i = 0; i < ports_.size(); ++i) {
-    const bool was_connected = ports_[i]->backend().connected();
+    const bool was_connected = ports_[i]->connected();
     ports_[i]->on_tick();
-    if (was_connected != ports_[i]->backend().connected()) {
+    if (was_connected != ports_[i]->connected()) {
       if (was_connected) fdb_.flush_port(i);
       watch_port(i);
     }
@@ -193,11 +198,12 @@ int Switch::run() {
         ctl_turn = true;
       } else if (key < ports_.size()) {
         const uint32_t i = static_cast<uint32_t>(key);
-        const bool was = ports_[i]->backend().connected();
+        const bool was = ports_[i]->connected();
         ports_[i]->on_event();
-        if (was && !ports_[i]->backend().connected()) fdb_.flush_port(i);
+        if (was && !ports_[i]->connected()) fdb_.flush_port(i);
         uint8_t mac[6];
-        if (ports_[i]->take_rarp(mac)) announce(i, mac);
+        auto* v = dynamic_cast<port::VhostPort*>(ports_[i].get());
+        if (v && v->take_rarp(mac)) announce(i, mac);
         watch_port(i);
       }
     }
@@ -215,7 +221,7 @@ void Switch::announce(uint32_t port, const uint8_t mac[6]) {
   const bool ok = !dp::mac_is_multicast(m) && fdb_.learn(m, port, tables_.now_s.load());
   // Rate-limited: a front-end can send SEND_RARP in a loop (a log line per wake-up).
   VL_LOG_RL(spdlog::level::info, "port {}: SEND_RARP for {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}: {}",
-            ports_[port]->config().name, mac[0], mac[1], mac[2], mac[3], mac[4], mac[5],
+            ports_[port]->name(), mac[0], mac[1], mac[2], mac[3], mac[4], mac[5],
             ok ? "learned on this port" : "not learned");
 }
 
@@ -250,7 +256,7 @@ std::unique_ptr<control::ReplyStream> Switch::fdb(uint32_t port, size_t limit) c
 
 std::optional<uint32_t> Switch::port_index(const std::string& name) const {
   for (uint32_t i = 0; i < ports_.size(); ++i)
-    if (ports_[i]->config().name == name) return i;
+    if (ports_[i]->name() == name) return i;
   return std::nullopt;
 }
 

@@ -14,6 +14,7 @@
 #include "dp/fdb.h"
 #include "dp/forwarder.h"
 #include "dp/pmd.h"
+#include "port/uplink_port.h"
 #include "port/vhost_port.h"
 #include "util/fd.h"
 #include "vhost/memory_budget.h"
@@ -81,7 +82,7 @@ class Switch {
   /// their shares).
   vhost::MemoryBudget mem_budget_;
   std::unique_ptr<dp::PmdSet> pmds_;
-  std::vector<std::unique_ptr<port::VhostPort>> ports_;
+  std::vector<std::unique_ptr<port::Port>> ports_;
   LinkManager links_{&ports_};
   std::vector<int> watched_fd_;
   control::ControlServer ctl_;

@@ -125,10 +125,12 @@ void Forwarder::flood(uint32_t in, uint16_t s) {
 uint32_t Forwarder::poll(uint32_t in, uint32_t qi) {
   port::Port* p = tables_->ports[in];
   if (!p->active()) return 0;
-  const port::QueuePairDp& qp = p->dp().qp[qi];
+  const port::PortDp& d = p->dp();
+  const port::QueuePairDp& qp = d.qp[qi];
   // The ring layout is chosen once per poll: the burst is a template, no virtual call or
   // layout test per packet.
   if (!qp.txq) return 0;
+  if (d.wire.pull) [[unlikely]] d.wire.pull(d.wire.ctx, qi);  // an uplink: frames from its wire
   return qp.txq.visit([&](auto& q) { return poll_ring(in, qi, &q, qp.tx_shared); });
 }
 
@@ -877,9 +879,9 @@ uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, u
   }
   if (j > run_j) age.add(now > run_t ? now - run_t : 0, j - run_j);
   end_delivery(o, qi, sent, bytes, nobuf);
-  // A call into the guest's receive queue takes its noted transmit completions along
-  // (one interrupt where the queues share one, as INTx does).
+  // A call into the receive queue takes noted completions along (one INTx interrupt).
   if (rq->publish_used() && (calls_due_ & bit(o))) [[unlikely]] send_calls(o);
+  if (out_dp.wire.push) [[unlikely]] out_dp.wire.push(out_dp.wire.ctx, qi);  // an uplink: to its wire
   return j;
 }
 

@@ -192,6 +192,10 @@ bool PmdThread::try_sleep() {
     }
     d.txq.set_kicks(true);
     if (d.txq.pending() != 0) pending = true;
+    // An uplink's wire may hold frames its last pull had no free buffer for: its fd gives no
+    // new edge for them (port/uplink_port.h).
+    const port::WireHooks& w = vp->dp().wire;
+    if (w.pull && w.pull(w.ctx, rxqs_[i].queue) != 0) pending = true;
   }
   if (pending || stop_.load(std::memory_order_relaxed)) return false;
   // Noted calls (completion coalescing) bound the sleep; one due about now ends it.

@@ -30,12 +30,32 @@ class Port {
 
   /// Link state for `ctl show`: "connected", "waiting" or "down" (INTERFACES.md).
   virtual const char* state() const = 0;
+  /// The port type as `--port NAME=TYPE:ARG` spells it (port_type_name).
+  virtual const char* type_name() const = 0;
+  /// What the type's argument names: the socket path, the interface, DEVARGS.
+  virtual const std::string& target() const = 0;
+  /// Its peer is there: a front-end connected, a device open.
+  virtual bool connected() const = 0;
+
+  // ---- The control thread's loop (app/switch.h) ----
+  /// Opens what the port needs (a socket, a device). False with `*err` on a fatal error.
+  virtual bool start(std::string* err) = 0;
+  /// Closes it; the port is down and out of the datapath after.
+  virtual void stop() = 0;
+  /// The fd the control loop should watch for this port (-1: none).
+  virtual int watch_fd() const { return -1; }
+  /// Handles readiness of watch_fd(). True if the watched fd changed.
+  virtual bool on_event() { return false; }
+  /// Called every second. True if watch_fd() changed.
+  virtual bool on_tick() { return false; }
   /// Out of the switched path (a direct link serves its rings): not polled, not a
   /// destination, its writers never moved.
   virtual bool linked_away() const { return false; }
   /// Which PMD threads write the receive queues when there are fewer ready ones than
   /// threads (dp/rx_writers.h `rotation`).
   uint32_t rx_writer_rotation() const { return rx_rotation_; }
+  /// Sets it before the port starts (default: the port's id).
+  void set_rx_writer_rotation(uint32_t r) { rx_rotation_ = r; }
   /// Changes the rotation of a live port and republishes its datapath view. Control thread.
   virtual void move_rx_writers(uint32_t rotation) = 0;
 

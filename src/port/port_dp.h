@@ -47,6 +47,18 @@ struct QueuePairDp {
   bool has_rxq() const { return static_cast<bool>(rxq); }
 };
 
+/// An uplink's two hooks (port/uplink_port.h): the datapath calls them once per batch, never
+/// per frame, and only on ports that set them (a vhost-user port leaves them null).
+/// `pull(ctx, q)`: before the poll of rxq q, moves frames from the wire onto its transmit
+/// queue (returns the frames moved); called by that rxq's PMD thread. `push(ctx, q)`: after
+/// a delivery into its receive queue q (frames or none), sends the used buffers to the wire
+/// and posts them again; called by that queue's writer thread.
+struct WireHooks {
+  uint32_t (*pull)(void* ctx, uint32_t q) = nullptr;
+  void (*push)(void* ctx, uint32_t q) = nullptr;
+  void* ctx = nullptr;
+};
+
 /// What the datapath reads of a port. Rebuilt by the control thread while the port is
 /// paused; a PMD thread may use it only while `active` (acquire) is true.
 ///
@@ -77,8 +89,9 @@ struct PortDp {
   uint32_t gen = 0;
   RxTargets rx_for[kMaxPmdThreads];
   offload::RxCaps caps;      ///< what the receiver negotiated (header, offloads, MTU)
-  uint64_t tx_retry_ns = 0;  ///< bounded retry into a full receive queue (VhostPortConfig)
-  uint64_t completion_coalesce_ns = 0;  ///< transmit completion coalescing (VhostPortConfig)
+  uint64_t tx_retry_ns = 0;  ///< bounded retry into a full receive queue (PortConfig)
+  uint64_t completion_coalesce_ns = 0;  ///< transmit completion coalescing (PortConfig)
+  WireHooks wire;  ///< an uplink's (null for vhost-user ports)
 
   bool has_rxq() const { return rx_ready != 0; }
   bool has_txq() const {

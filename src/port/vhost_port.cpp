@@ -42,7 +42,7 @@ bool resolve_id(const std::string& s, bool group, uint32_t* id) {
 }
 }  // namespace
 
-VhostPort::VhostPort(uint32_t id, VhostPortConfig cfg, Quiescer* q, vhost::MemoryBudget* budget)
+VhostPort::VhostPort(uint32_t id, PortConfig cfg, Quiescer* q, vhost::MemoryBudget* budget)
     : Port(id, cfg.name), cfg_(std::move(cfg)), quiescer_(q), backend_(this, [&] {
         auto o = vhost::BackendOptions::defaults();
         if (!cfg_.mrg_rxbuf) o.features &= ~bit(kNetFMrgRxbuf);

@@ -11,62 +11,11 @@
 #include <string>
 
 #include "port/port.h"
+#include "port/port_config.h"
 #include "util/fd.h"
 #include "vhost/backend.h"
 
 namespace vl::port {
-
-enum class SocketMode : uint8_t { kServer, kClient };
-
-/// Static configuration of one vhost-user port.
-/// Default of VhostPortConfig::tx_retry_us, and its largest value (µs).
-inline constexpr uint32_t kDefaultTxRetryUs = 20;
-inline constexpr uint32_t kMaxTxRetryUs = 10000;
-/// Default of VhostPortConfig::completion_coalesce_us, and its largest value (µs).
-inline constexpr uint32_t kDefaultCompletionCoalesceUs = 250;
-inline constexpr uint32_t kMaxCompletionCoalesceUs = 10000;
-
-struct VhostPortConfig {
-  std::string name;
-  SocketMode mode = SocketMode::kServer;
-  std::string path;
-  uint32_t mtu = 0;             ///< 0: no limit beyond the guest's NET_SET_MTU
-  uint32_t socket_mode = 0600;  ///< permission bits of the socket file (server mode)
-  std::string socket_owner;     ///< user name or uid of the socket file; empty: ours
-  std::string socket_group;     ///< group name or gid of the socket file; empty: ours
-  bool mrg_rxbuf = true;        ///< offer VIRTIO_NET_F_MRG_RXBUF
-  bool offloads = true;         ///< offer CSUM/GUEST_CSUM/TSO/ECN (offload::kOffloadFeatures)
-  /// Queue pairs offered (GET_QUEUE_NUM; VIRTIO_NET_F_MQ when above 1), 1..8.
-  uint32_t max_queues = 8;
-  /// Bounded retry into this port's full receive queue (µs, 0: drop at once): a frame that
-  /// finds no receive buffer is kept in its intermediate queue and delivered at the next
-  /// passes until it is this old (from being taken off its sender's ring), then dropped as
-  /// no_rx_buffer. Frames kept count in tx_retries. Like OVS's tx-retries-max, bounded in
-  /// time rather than attempts.
-  uint32_t tx_retry_us = kDefaultTxRetryUs;
-  /// Transmit completion coalescing (µs, 0: off), in the spirit of virtio-net's
-  /// notification coalescing (virtio 1.3 §5.1.6.5.6, tx_usecs): a call the guest asked for on
-  /// its transmit queue (its sent buffers are used) waits up to this long, and goes out
-  /// with the next call into its receive queue if one comes sooner; counted in
-  /// rx_calls_deferred. docs/architecture.md "Notifications".
-  uint32_t completion_coalesce_us = kDefaultCompletionCoalesceUs;
-  /// Most bytes of guest memory one connection may map (SET_MEM_TABLE beyond it is
-  /// refused): bounds the address space a front-end can take.
-  uint64_t max_guest_memory = uint64_t{1} << 40;
-  /// Which of the keys above the port's own [[port]] table set (switch-wide settings fill
-  /// in the others): bits of PortKey.
-  uint32_t explicit_keys = 0;
-};
-
-/// Bits of VhostPortConfig::explicit_keys.
-enum PortKey : uint32_t {
-  kKeySocketMode = 1,
-  kKeySocketOwner = 2,
-  kKeySocketGroup = 4,
-  kKeyMaxGuestMemory = 8,
-  kKeyTxRetry = 16,
-  kKeyCompletionCoalesce = 32,
-};
 
 /// Told before a port's rings or memory change, so that a direct link serving that port's
 /// rings (or served by its front-end) is revoked first (app/links.h).
@@ -80,27 +29,30 @@ class VhostPort final : public Port, public vhost::DeviceHost {
  public:
   /// `budget`: the switch-wide cap on guest memory its back-end shares with the other ports
   /// (vhost/memory_budget.h), or null.
-  VhostPort(uint32_t id, VhostPortConfig cfg, Quiescer* q, vhost::MemoryBudget* budget = nullptr);
+  VhostPort(uint32_t id, PortConfig cfg, Quiescer* q, vhost::MemoryBudget* budget = nullptr);
   ~VhostPort() override;
 
-  const VhostPortConfig& config() const { return cfg_; }
+  const PortConfig& config() const { return cfg_; }
 
   /// Server mode: creates the listening socket (replacing a stale socket file).
   /// Client mode: tries to connect once. Returns false with `*err` on a fatal error.
-  bool start(std::string* err);
+  bool start(std::string* err) override;
   /// Closes the connection, the listening socket, and removes the socket file.
-  void stop();
+  void stop() override;
 
   /// The fd the control loop should watch: the connection if connected, else the
   /// listening socket (server) or -1 (client, waiting to retry).
-  int watch_fd() const;
+  int watch_fd() const override;
   /// Handles readiness of watch_fd(). Returns true if the watched fd changed.
-  bool on_event();
+  bool on_event() override;
   /// Called every second: client ports retry their connection. True if watch_fd changed.
-  bool on_tick();
+  bool on_tick() override;
 
   /// "connected", "waiting" or "down" (INTERFACES.md).
   const char* state() const override;
+  const char* type_name() const override { return port_type_name(cfg_.type, cfg_.mode); }
+  const std::string& target() const override { return cfg_.path; }
+  bool connected() const override { return backend_.connected(); }
   const vhost::Backend& backend() const { return backend_; }
   uint64_t connects() const { return connects_; }
 
@@ -111,10 +63,6 @@ class VhostPort final : public Port, public vhost::DeviceHost {
 
   // ---- Direct links (app/links.h) ----
   void set_link_hooks(LinkHooks* h) { link_hooks_ = h; }
-  /// Which PMD threads write this port's receive queues when it has fewer ready ones than
-  /// there are threads (dp/rx_writers.h `rotation`; default: the port's id). Set before
-  /// the front-end connects.
-  void set_rx_writer_rotation(uint32_t r) { rx_rotation_ = r; }
   /// Changes the rotation of a live port and rebuilds its datapath view (a pause and a
   /// resume: the PMD threads deliver what they hold first); its rings and memory do not
   /// change, so a direct link is not revoked. Control thread.
@@ -153,7 +101,7 @@ class VhostPort final : public Port, public vhost::DeviceHost {
   bool try_connect();
   void drop_connection(const std::string& why);
 
-  VhostPortConfig cfg_;
+  PortConfig cfg_;
   Quiescer* quiescer_;
   vhost::Backend backend_;
   UniqueFd listen_;

@@ -95,7 +95,7 @@ void AfPacketWire::close() {
 bool AfPacketWire::link_up() const { return fd_.valid() && if_running(name_); }
 
 uint32_t AfPacketWire::recv(uint32_t, Buf* bufs, uint32_t n) {
-  const uint32_t hdr = info_.vnet_hdr ? kVnetHdrLen : 0;
+  const uint32_t hdr = info_.vnet_hdr ? kLegacyHdrLen : 0;  // before tp_mac in the ring
   uint32_t got = 0;
   while (got < n) {
     auto* bd = reinterpret_cast<tpacket_block_desc*>(ring_ + size_t{block_} * kBlockSize);
@@ -114,11 +114,14 @@ uint32_t AfPacketWire::recv(uint32_t, Buf* bufs, uint32_t n) {
     const auto* ph = reinterpret_cast<const tpacket3_hdr*>(next_);
     bool ok = next_ + sizeof *ph <= end && ph->tp_mac >= hdr &&
               next_ + ph->tp_mac + ph->tp_snaplen <= end;
-    if (ok && (ph->tp_snaplen < ph->tp_len || hdr + ph->tp_snaplen > bufs[got].cap)) {
+    if (ok && (ph->tp_snaplen < ph->tp_len || kHdrLen + ph->tp_snaplen > bufs[got].cap)) {
       bump(rx_truncated_);
     } else if (ok) {
-      std::memcpy(bufs[got].p, next_ + ph->tp_mac - hdr, hdr + ph->tp_snaplen);
-      bufs[got++].len = hdr + ph->tp_snaplen;
+      uint8_t* b = bufs[got].p;
+      std::memset(b, 0, kHdrLen);
+      std::memcpy(b, next_ + ph->tp_mac - hdr, hdr);
+      std::memcpy(b + kHdrLen, next_ + ph->tp_mac, ph->tp_snaplen);
+      bufs[got++].len = kHdrLen + ph->tp_snaplen;
     } else {
       bump(rx_bad_);
     }
@@ -136,15 +139,19 @@ uint32_t AfPacketWire::recv(uint32_t, Buf* bufs, uint32_t n) {
 uint32_t AfPacketWire::send(uint32_t, const Buf* bufs, uint32_t n) {
   constexpr uint32_t kMax = 64;
   mmsghdr m[kMax];
-  iovec iov[kMax];
+  iovec iov[2 * kMax];
   uint32_t sent = 0;
+  // With PACKET_VNET_HDR the socket takes the legacy header, then the frame.
+  const bool vnet = info_.vnet_hdr;
   while (sent < n) {
     const uint32_t k = n - sent < kMax ? n - sent : kMax;
     for (uint32_t i = 0; i < k; ++i) {
-      iov[i] = {bufs[sent + i].p, bufs[sent + i].len};
+      const Buf& b = bufs[sent + i];
+      iov[2 * i] = {b.p, kLegacyHdrLen};
+      iov[2 * i + 1] = {b.p + kHdrLen, b.len - kHdrLen};
       m[i] = {};
-      m[i].msg_hdr.msg_iov = &iov[i];
-      m[i].msg_hdr.msg_iovlen = 1;
+      m[i].msg_hdr.msg_iov = &iov[2 * i + (vnet ? 0 : 1)];
+      m[i].msg_hdr.msg_iovlen = vnet ? 2 : 1;
     }
     const int r = sendmmsg(fd_.get(), m, k, MSG_DONTWAIT);
     if (r <= 0) {  // the first frame failed (ENOBUFS, EAGAIN, ENETDOWN, EMSGSIZE): drop it

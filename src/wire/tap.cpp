@@ -32,7 +32,7 @@ bool TapWire::open(std::string* err) {
     *err = fmt::format("tap {}: TUNSETIFF: {}", name_, std::strerror(errno));
     return false;
   }
-  int hdr = static_cast<int>(kVnetHdrLen);
+  int hdr = static_cast<int>(kHdrLen);  // the whole header: frames start where ours do
   if (ioctl(fd.get(), TUNSETVNETHDRSZ, &hdr) != 0) {
     *err = fmt::format("tap {}: TUNSETVNETHDRSZ: {}", name_, std::strerror(errno));
     return false;
@@ -59,7 +59,7 @@ uint32_t TapWire::recv(uint32_t, Buf* bufs, uint32_t n) {
   while (got < n) {
     const ssize_t r = ::read(fd_.get(), bufs[got].p, bufs[got].cap);
     if (r < 0) break;  // EAGAIN: nothing more now (EIO, EBADFD: the device went away)
-    if (static_cast<size_t>(r) < kVnetHdrLen + 14 || static_cast<size_t>(r) > bufs[got].cap) {
+    if (static_cast<size_t>(r) < kHdrLen + 14 || static_cast<size_t>(r) > bufs[got].cap) {
       bump(rx_truncated_);  // cannot happen with buffers of the largest frame; counted if it does
       continue;
     }

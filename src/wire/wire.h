@@ -10,12 +10,16 @@
 
 namespace vl::wire {
 
-/// Bytes of the legacy virtio-net header (struct virtio_net_hdr, virtio 1.2 §5.1.6) that a
-/// tap device (IFF_VNET_HDR) and a packet socket (PACKET_VNET_HDR) put before each frame.
-inline constexpr uint32_t kVnetHdrLen = 10;
+/// Every buffer starts with a virtio-net header of this many bytes (struct
+/// virtio_net_hdr_mrg_rxbuf, virtio 1.2 §5.1.6; num_buffers is not used), the frame after
+/// it. A wire with WireInfo::vnet_hdr reads and writes the header's first kLegacyHdrLen
+/// bytes (struct virtio_net_hdr: what a tap device with IFF_VNET_HDR and a packet socket
+/// with PACKET_VNET_HDR carry); one without writes zeros there and ignores it.
+inline constexpr uint32_t kHdrLen = 12;
+inline constexpr uint32_t kLegacyHdrLen = 10;
 
-/// One frame's buffer: our pointer, its capacity and the bytes in it (header included when
-/// the wire carries one: Wire::vnet_hdr()).
+/// One frame's buffer: our pointer (to the header), its capacity and the bytes in it
+/// (kHdrLen of header, then the frame).
 struct Buf {
   uint8_t* p = nullptr;
   uint32_t cap = 0;
@@ -25,7 +29,7 @@ struct Buf {
 /// What a wire is, once open.
 struct WireInfo {
   uint32_t queues = 1;     ///< receive/transmit queue pairs
-  /// Each frame is preceded by a kVnetHdrLen virtio-net header, both ways.
+  /// The header carries the device's virtio-net header fields, both ways.
   bool vnet_hdr = false;
   /// With vnet_hdr: the header may ask for a checksum (NEEDS_CSUM) and carry a TSO frame
   /// (GSO TCPv4/TCPv6), both ways.
@@ -63,11 +67,11 @@ class Wire {
   virtual int rx_fd(uint32_t q) const = 0;
   /// Carrier: frames can flow.
   virtual bool link_up() const = 0;
-  /// Receives up to `n` frames from queue q into bufs[0..n) (each `cap` bytes at `p`; with
-  /// vnet_hdr the header first), setting each `len`. Returns the frames received. A frame
-  /// larger than its buffer is not returned (counted by the wire).
+  /// Receives up to `n` frames from queue q into bufs[0..n) (each `cap` bytes at `p`: the
+  /// header, then the frame), setting each `len` (kHdrLen + the frame's bytes). Returns the
+  /// frames received. A frame larger than its buffer is not returned (counted by the wire).
   virtual uint32_t recv(uint32_t q, Buf* bufs, uint32_t n) = 0;
-  /// Sends bufs[0..n) on queue q (with vnet_hdr, each starts with the header). Returns the
+  /// Sends bufs[0..n) on queue q (each the header, then the frame: len > kHdrLen). Returns the
   /// frames the device took; the others are dropped by the caller (the buffers stay ours).
   virtual uint32_t send(uint32_t q, const Buf* bufs, uint32_t n) = 0;
   /// Adds the device's counters (missed, errors...) to `out`.

@@ -19,7 +19,7 @@ SwitchConfig with_ports(dp::ForwardMode mode, std::initializer_list<const char*>
   SwitchConfig c;
   c.forward = mode;
   for (const char* n : names) {
-    port::VhostPortConfig p;
+    port::PortConfig p;
     p.name = n;
     p.path = std::string("/tmp/vl-config-test-") + n + ".sock";
     c.ports.push_back(p);
@@ -75,7 +75,7 @@ TEST(ConfigValidate, XconnectFromTomlRefusesAPortWithoutPeer) {
   EXPECT_FALSE(validate(cfg, &err));
   EXPECT_NE(err.find("port 'vm3' has no peer"), std::string::npos) << err;
   // A fourth port from the command line completes the pair.
-  port::VhostPortConfig p;
+  port::PortConfig p;
   p.name = "vm4";
   p.path = "/tmp/vl-config-test-vm4.sock";
   cfg.ports.push_back(p);
@@ -102,7 +102,7 @@ TEST(ConfigToml, TxRetryGlobalAndPerPort) {
   EXPECT_FALSE(load_toml(bad, &c2, &err));
   EXPECT_NE(err.find("tx_retry_us"), std::string::npos) << err;
   std::remove(bad.c_str());
-  EXPECT_EQ(port::VhostPortConfig{}.tx_retry_us, port::kDefaultTxRetryUs);
+  EXPECT_EQ(port::PortConfig{}.tx_retry_us, port::kDefaultTxRetryUs);
 }
 
 // completion_coalesce_us (transmit completion coalescing): global and per port like
@@ -126,7 +126,7 @@ TEST(ConfigToml, CompletionCoalesceGlobalAndPerPort) {
   EXPECT_FALSE(load_toml(bad, &c2, &err));
   EXPECT_NE(err.find("completion_coalesce_us"), std::string::npos) << err;
   std::remove(bad.c_str());
-  EXPECT_EQ(port::VhostPortConfig{}.completion_coalesce_us, 250u);
+  EXPECT_EQ(port::PortConfig{}.completion_coalesce_us, 250u);
   // An integer key takes an integer: not a bool (toml++ would read true as 1) nor a float.
   for (const char* v : {"true", "2.5"}) {
     const std::string b = write_toml(std::string("completion_coalesce_us = ") + v + "\n");

@@ -94,7 +94,7 @@ TEST(CtlCommandTable, PreparedSwitchServesCommandsWithoutRunning) {
   std::filesystem::create_directories(dir);
   SwitchConfig cfg;
   for (const char* n : {"a", "b"}) {
-    port::VhostPortConfig p;
+    port::PortConfig p;
     p.name = n;
     p.path = dir + "/" + n + ".sock";
     cfg.ports.push_back(p);
@@ -150,7 +150,7 @@ class RunningSwitch : public ::testing::Test {
     std::filesystem::create_directories(dir);
     SwitchConfig cfg;
     for (const char* n : {"a", "b"}) {
-      port::VhostPortConfig p;
+      port::PortConfig p;
       p.name = n;
       p.path = dir + "/" + n + ".sock";
       cfg.ports.push_back(p);

@@ -123,8 +123,8 @@ struct Frontend {
 
 /// The configuration of port `i` in the forwarding tests' rigs: named 'a' + i, one queue
 /// pair, MTU 1500, no socket file (the front-end connects over a socketpair).
-inline port::VhostPortConfig rig_port_config(uint32_t i) {
-  port::VhostPortConfig c;
+inline port::PortConfig rig_port_config(uint32_t i) {
+  port::PortConfig c;
   c.name = std::string(1, static_cast<char>('a' + i));
   c.path = "/nonexistent";
   c.max_queues = 1;

@@ -41,7 +41,7 @@ class ForwardSteps : public ::testing::Test {
     q = std::make_unique<FakeQuiescer>(1);
     fdb = std::make_unique<dp::Fdb>(1024, 64, 300);
     for (uint32_t i = 0; i < n; ++i) {
-      port::VhostPortConfig c = test::rig_port_config(i);
+      port::PortConfig c = test::rig_port_config(i);
       c.tx_retry_us = tx_retry_us;
       ports.push_back(std::make_unique<port::VhostPort>(i, c, q.get()));
       fes.push_back(std::make_unique<Frontend>(1));

@@ -278,7 +278,7 @@ class MqDatapathTest : public ::testing::TestWithParam<uint32_t> {
   void SetUp() override {
     q = std::make_unique<FakeQuiescer>(GetParam());
     for (uint32_t i = 0; i < 2; ++i) {
-      port::VhostPortConfig c;
+      port::PortConfig c;
       c.name = i ? "b" : "a";
       c.path = "/nonexistent";
       c.max_queues = i ? 4 : 1;

@@ -1,5 +1,5 @@
 // What the switch asks of a guest's notifications (docs/architecture.md "Notifications").
-// Transmit completion coalescing (port::VhostPortConfig::completion_coalesce_us,
+// Transmit completion coalescing (port::PortConfig::completion_coalesce_us,
 // dp/forwarder.cpp publish_coalesced): a call the guest asked for on its transmit queue is
 // noted, and goes out with the next call into the same guest's receive queue, when its
 // time is up, or at once when the guest sent a quarter of its ring since it asked; never
@@ -41,7 +41,7 @@ class Notifications : public ::testing::Test {
     q = std::make_unique<FakeQuiescer>(1);
     fdb = std::make_unique<dp::Fdb>(1024, 64, 300);
     for (uint32_t i = 0; i < 2; ++i) {
-      port::VhostPortConfig c = test::rig_port_config(i);
+      port::PortConfig c = test::rig_port_config(i);
       c.completion_coalesce_us = us;
       ports.push_back(std::make_unique<port::VhostPort>(i, c, q.get()));
       fes.push_back(std::make_unique<Frontend>(1));

@@ -95,7 +95,7 @@ class TakeBurstAttack : public ::testing::Test {
     q = std::make_unique<FakeQuiescer>(1);
     fdb = std::make_unique<dp::Fdb>(1024, 64, 300);
     for (uint32_t i = 0; i < 2; ++i) {
-      port::VhostPortConfig c = test::rig_port_config(i);
+      port::PortConfig c = test::rig_port_config(i);
       c.tx_retry_us = tx_retry_us;
       ports.push_back(std::make_unique<port::VhostPort>(i, c, q.get()));
       fes.push_back(std::make_unique<HFrontend>(i == 0 && packed, 4u << 20, i == 0 ? kExtraRegions : 0));

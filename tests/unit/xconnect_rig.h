@@ -32,7 +32,7 @@ class XconnectRig {
     quiescer_ = std::make_unique<FakeQuiescer>(1);
     fdb_ = std::make_unique<dp::Fdb>(1024, 64, 300);
     for (uint32_t i = 0; i < 2; ++i) {
-      port::VhostPortConfig c = rig_port_config(i);
+      port::PortConfig c = rig_port_config(i);
       ports_.push_back(std::make_unique<port::VhostPort>(i, c, quiescer_.get()));
       fes_.push_back(std::make_unique<AnyRingFrontend>(side_[i].packed, 32u << 20));
       EXPECT_TRUE(connect_any(*ports_[i], *fes_[i]));

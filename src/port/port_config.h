@@ -1,0 +1,83 @@
+#pragma once
+// The static configuration of one port as the command line and the TOML file give it
+// (INTERFACES.md): its type, its target, and its settings.
+#include <cstdint>
+#include <string>
+
+namespace vl::port {
+
+enum class SocketMode : uint8_t { kServer, kClient };
+
+/// Default of PortConfig::tx_retry_us, and its largest value (µs).
+inline constexpr uint32_t kDefaultTxRetryUs = 20;
+inline constexpr uint32_t kMaxTxRetryUs = 10000;
+/// Default of PortConfig::completion_coalesce_us, and its largest value (µs).
+inline constexpr uint32_t kDefaultCompletionCoalesceUs = 250;
+inline constexpr uint32_t kMaxCompletionCoalesceUs = 10000;
+
+/// What a port is (INTERFACES.md port types).
+enum class PortType : uint8_t {
+  kVhostUser,  ///< vhost-user (SocketMode: server or client)
+  kTap,        ///< tap:IFNAME, a tap device into the host's stack
+  kAfPacket,   ///< af-packet:IFACE, a packet socket (TPACKET_V3)
+  kAfXdp,      ///< af-xdp:IFACE, an AF_XDP socket (falls back to af-packet)
+  kDpdk,       ///< dpdk:DEVARGS, a DPDK ethdev (PCI address or virtual device)
+};
+
+/// Static configuration of one port: vhost-user or an uplink (port/uplink_port.h).
+struct PortConfig {
+  std::string name;
+  PortType type = PortType::kVhostUser;
+  SocketMode mode = SocketMode::kServer;
+  /// vhost-user: the socket's path; tap, af-packet, af-xdp: the interface; dpdk: DEVARGS.
+  std::string path;
+  uint32_t mtu = 0;  ///< 0: vhost-user: no limit beyond the guest's NET_SET_MTU; uplinks: the interface's
+  uint32_t socket_mode = 0600;  ///< permission bits of the socket file (server mode)
+  std::string socket_owner;     ///< user name or uid of the socket file; empty: ours
+  std::string socket_group;     ///< group name or gid of the socket file; empty: ours
+  bool mrg_rxbuf = true;        ///< offer VIRTIO_NET_F_MRG_RXBUF
+  bool offloads = true;         ///< offer CSUM/GUEST_CSUM/TSO/ECN (offload::kOffloadFeatures)
+  /// Queue pairs offered (GET_QUEUE_NUM; VIRTIO_NET_F_MQ when above 1), 1..8.
+  uint32_t max_queues = 8;
+  /// Bounded retry into this port's full receive queue (µs, 0: drop at once): a frame that
+  /// finds no receive buffer is kept in its intermediate queue and delivered at the next
+  /// passes until it is this old (from being taken off its sender's ring), then dropped as
+  /// no_rx_buffer. Frames kept count in tx_retries. Like OVS's tx-retries-max, bounded in
+  /// time rather than attempts.
+  uint32_t tx_retry_us = kDefaultTxRetryUs;
+  /// Transmit completion coalescing (µs, 0: off), in the spirit of virtio-net's
+  /// notification coalescing (virtio 1.3 §5.1.6.5.6, tx_usecs): a call the guest asked for on
+  /// its transmit queue (its sent buffers are used) waits up to this long, and goes out
+  /// with the next call into its receive queue if one comes sooner; counted in
+  /// rx_calls_deferred. docs/architecture.md "Notifications".
+  uint32_t completion_coalesce_us = kDefaultCompletionCoalesceUs;
+  /// Most bytes of guest memory one connection may map (SET_MEM_TABLE beyond it is
+  /// refused): bounds the address space a front-end can take.
+  uint64_t max_guest_memory = uint64_t{1} << 40;
+  // ---- Uplinks (tap, af-packet, af-xdp, dpdk) ----
+  /// Descriptors per virtqueue between the uplink's wire and the switch, and per device
+  /// ring of a dpdk port (a power of two, 64..4096).
+  uint32_t queue_size = 256;
+  /// Queue pairs of a dpdk or af-xdp device (RSS over them where the device has it).
+  uint32_t queues = 1;
+  /// Which of the keys above the port's own [[port]] table set (switch-wide settings fill
+  /// in the others): bits of PortKey.
+  uint32_t explicit_keys = 0;
+};
+
+/// Bits of PortConfig::explicit_keys.
+enum PortKey : uint32_t {
+  kKeySocketMode = 1,
+  kKeySocketOwner = 2,
+  kKeySocketGroup = 4,
+  kKeyMaxGuestMemory = 8,
+  kKeyTxRetry = 16,
+  kKeyCompletionCoalesce = 32,
+};
+
+
+/// The type's name as `--port NAME=TYPE:ARG` spells it ("vhost-user", "vhost-user-client",
+/// "tap", "af-packet", "af-xdp", "dpdk").
+const char* port_type_name(PortType t, SocketMode m);
+
+}  // namespace vl::port

@@ -1,0 +1,104 @@
+#pragma once
+// A port whose peer is a wire (wire/wire.h: a tap device, a packet socket, an AF_XDP socket,
+// a DPDK ethdev) rather than a virtio driver. The port plays the driver itself: per queue
+// pair it owns two split virtqueues in its own memory, and the switch serves them as it
+// serves a guest's (the same PortDp, burst loop, writers, flush policies and counters: no
+// second datapath). Its hooks (port::WireHooks) move frames between those rings and the
+// wire, a batch per call: `pull` fills the transmit queue from the wire before the PMD
+// thread polls it, `push` sends what the switch wrote into the receive queue.
+// docs/architecture.md "Uplinks".
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "port/port.h"
+#include "port/port_config.h"
+#include "virtio/driver_memory.h"
+#include "virtio/guest_memory.h"
+#include "virtio/split_device_queue.h"
+#include "virtio/split_driver_queue.h"
+#include "wire/wire.h"
+
+namespace vl::port {
+
+/// The wire for an uplink's configuration (null for vhost-user). af-xdp gives the AF_XDP
+/// wire; UplinkPort::start falls back to af-packet when it cannot open.
+std::unique_ptr<wire::Wire> make_wire(const PortConfig& cfg);
+
+/// Counters of one queue pair of an uplink, as its hooks keep them (single writer each:
+/// the wire side of the transmit queue by its poller, of the receive queue by its writer).
+struct UplinkQueueCounters {
+  uint64_t wire_rx_packets = 0;   ///< frames the wire gave (onto the transmit queue)
+  uint64_t wire_tx_packets = 0;   ///< frames the wire took (from the receive queue)
+  uint64_t wire_tx_dropped = 0;   ///< frames the wire refused (device full, link down)
+  uint64_t bad_used = 0;          ///< used entries of a length no frame has (a datapath bug)
+};
+
+class UplinkPort final : public Port {
+ public:
+  /// `w` from make_wire(cfg).
+  UplinkPort(uint32_t id, PortConfig cfg, std::unique_ptr<wire::Wire> w, Quiescer* q);
+  ~UplinkPort() override;
+
+  const PortConfig& config() const { return cfg_; }
+  /// Opens the wire (af-xdp falls back to af-packet, saying so), lays out the rings and
+  /// buffers, and joins the datapath. False with `*err`.
+  bool start(std::string* err) override;
+  void stop() override;
+  const char* state() const override;
+  const char* type_name() const override;
+  const std::string& target() const override { return cfg_.path; }
+  bool connected() const override { return open_; }
+  bool on_tick() override;
+  void move_rx_writers(uint32_t rotation) override;
+
+  /// The wire in use (after a fallback, not the one configured), or null before start.
+  const wire::Wire* wire() const { return wire_.get(); }
+  /// The virtio features the port's rings carry, as a driver would have negotiated them
+  /// (VERSION_1, and the offloads when the wire has them).
+  uint64_t features() const { return features_; }
+  uint32_t queue_pairs() const { return nqp_; }
+  /// Counters of queue pair q (relaxed reads).
+  UplinkQueueCounters queue_counters(uint32_t q) const;
+  /// Largest frame either way (bytes, Ethernet header and one VLAN tag included; TSO frames
+  /// beyond it when the wire has offloads).
+  uint32_t max_frame() const { return max_frame_; }
+
+ private:
+  /// One queue pair: the receive queue (the switch fills it, the wire sends it) and the
+  /// transmit queue (the wire fills it, the switch takes it), each as the driver and as the
+  /// device sees it, and each with its buffers.
+  struct Queue {
+    virtio::SplitDriverQueue to_wire_drv, from_wire_drv;
+    virtio::SplitDeviceQueue to_wire_dev, from_wire_dev;
+    virtio::BufferPool to_wire_bufs, from_wire_bufs;
+    UplinkQueueCounters c;
+  };
+  static uint32_t pull(void* self, uint32_t q);
+  static void push(void* self, uint32_t q);
+  bool lay_out(std::string* err);
+  void publish_dp();
+  void leave_dp();
+
+  /// Frames one pull() takes from the wire, and one push() hands it, at most.
+  static constexpr uint32_t kPullBurst = 32;
+  static constexpr uint32_t kPushBurst = 64;
+
+  PortConfig cfg_;
+  std::unique_ptr<wire::Wire> wire_;
+  Quiescer* quiescer_;
+  virtio::DriverMemory mem_;
+  virtio::GuestMemory gmem_;  // the same memory, as the device side translates it
+  std::unique_ptr<Queue[]> q_;
+  uint32_t nqp_ = 0;
+  uint32_t buf_size_ = 0;
+  uint32_t max_frame_ = 0;
+  uint64_t features_ = 0;
+  bool open_ = false;
+  bool link_up_ = false;
+  int rx_fd_[kMaxQueuePairs];
+  QueueShared shared_[2 * kMaxQueuePairs];
+  uint32_t dp_gen_ = 0;
+};
+
+}  // namespace vl::port
