@@ -14,8 +14,11 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
   s->option_defaults()->always_capture_default(false);
   s->add_option("--config", a.config, "TOML file with the same settings (command line wins)");
   s->add_option("--port", a.ports,
-                "NAME=vhost-user:PATH (virtlink listens) or NAME=vhost-user-client:PATH "
-                "(virtlink connects, retrying every second); repeat for more ports");
+                "NAME=vhost-user:PATH (virtlink listens), NAME=vhost-user-client:PATH "
+                "(virtlink connects, retrying every second), or an uplink: NAME=tap:IFNAME (a "
+                "tap device into the host's stack, created if absent), NAME=af-packet:IFACE (a "
+                "packet socket), NAME=af-xdp:IFACE (AF_XDP, falling back to af-packet), "
+                "NAME=dpdk:DEVARGS (a DPDK ethdev: PCI address or vdev); repeat for more ports");
   s->add_option("--forward", a.forward,
                 "bridge (MAC learning, default) or xconnect (1<->2, 3<->4, ...: an even number "
                 "of ports)")

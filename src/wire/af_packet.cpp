@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "util/log.h"
 #include "wire/netdev.h"
 
 namespace vl::wire {
@@ -156,6 +157,8 @@ uint32_t AfPacketWire::send(uint32_t, const Buf* bufs, uint32_t n) {
     const int r = sendmmsg(fd_.get(), m, k, MSG_DONTWAIT);
     if (r <= 0) {  // the first frame failed (ENOBUFS, EAGAIN, ENETDOWN, EMSGSIZE): drop it
       bump(tx_errors_);
+      VL_LOG_RL(spdlog::level::warn, "af-packet {}: a frame of {} bytes not sent: {}", name_,
+                bufs[sent].len - kHdrLen, std::strerror(errno));
       const uint32_t rest = n - sent - 1;
       // Try the others once more; a full device drops them too.
       return sent + (rest ? send(0, bufs + sent + 1, rest) : 0);

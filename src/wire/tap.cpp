@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "util/log.h"
 #include "wire/netdev.h"
 
 namespace vl::wire {
@@ -73,7 +74,11 @@ uint32_t TapWire::send(uint32_t, const Buf* bufs, uint32_t n) {
   for (uint32_t i = 0; i < n; ++i) {
     // A tap write never blocks (O_NONBLOCK); EIO while the interface is down.
     if (::write(fd_.get(), bufs[i].p, bufs[i].len) == static_cast<ssize_t>(bufs[i].len)) ++sent;
-    else bump(tx_errors_);
+    else {
+      bump(tx_errors_);
+      VL_LOG_RL(spdlog::level::warn, "tap {}: a frame of {} bytes not sent: {}", name_,
+                bufs[i].len - kHdrLen, std::strerror(errno));
+    }
   }
   return sent;
 }
