@@ -2,6 +2,8 @@
 
 #include <sched.h>
 
+#include <cctype>
+#include <cstdio>
 #include <set>
 #include <string_view>
 
@@ -57,6 +59,59 @@ std::optional<port::PortConfig> parse_port_spec(const std::string& spec, std::st
     return std::nullopt;
   }
   return c;
+}
+
+bool parse_vlan_list(const std::string& s, std::vector<uint16_t>* out, std::string* err) {
+  std::set<uint16_t> v;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    const std::string item = s.substr(i, j - i);
+    const size_t dash = item.find('-');
+    unsigned lo = 0, hi = 0;
+    char tail = 0;
+    const bool ok = dash == std::string::npos
+                        ? std::sscanf(item.c_str(), "%u%c", &lo, &tail) == 1
+                        : std::sscanf(item.c_str(), "%u-%u%c", &lo, &hi, &tail) == 2;
+    if (dash == std::string::npos) hi = lo;
+    if (!ok || item.empty() || !std::isdigit(static_cast<unsigned char>(item[0])) || lo < 1 ||
+        hi > dp::kMaxVid || lo > hi) {
+      *err = fmt::format("VLAN list '{}': '{}' is not a VLAN (1..{}) or an ascending range", s,
+                         item, dp::kMaxVid);
+      return false;
+    }
+    for (unsigned x = lo; x <= hi; ++x) v.insert(static_cast<uint16_t>(x));
+    i = j + 1;
+  }
+  out->assign(v.begin(), v.end());
+  return true;
+}
+
+bool set_port_setting(port::PortConfig* c, const std::string& key, const std::string& value,
+                      std::string* err) {
+  auto vid = [&](uint16_t* out) {
+    unsigned v = 0;
+    char tail = 0;
+    if (std::sscanf(value.c_str(), "%u%c", &v, &tail) != 1 || v > dp::kMaxVid ||
+        !std::isdigit(static_cast<unsigned char>(value[0]))) {
+      *err = fmt::format("port {}: {}={}: a VLAN is 1..{} (0: none)", c->name, key, value, dp::kMaxVid);
+      return false;
+    }
+    *out = static_cast<uint16_t>(v);
+    return true;
+  };
+  if (key == "vlan") return vid(&c->vlan);
+  if (key == "native_vlan") return vid(&c->native_vlan);
+  if (key == "trunks") {
+    if (!parse_vlan_list(value, &c->trunks, err)) {
+      *err = fmt::format("port {}: {}", c->name, *err);
+      return false;
+    }
+    return true;
+  }
+  *err = fmt::format("port {}: unknown setting '{}' (vlan, trunks, native_vlan)", c->name, key);
+  return false;
 }
 
 std::optional<dp::ForwardMode> parse_forward(const std::string& s) {
@@ -129,6 +184,24 @@ bool load_port(const toml::table& t, port::PortConfig* c, std::string* flush, st
       c->offloads = *b;
     } else if (key == "max_queues") {
       if (!get_int<uint32_t>(v, "max_queues", 1, 8, &c->max_queues, err)) return false;
+    } else if (key == "vlan" || key == "native_vlan") {
+      uint16_t x;
+      if (!get_int<uint16_t>(v, key.c_str(), 0, dp::kMaxVid, &x, err)) return false;
+      (key == "vlan" ? c->vlan : c->native_vlan) = x;
+    } else if (key == "trunks") {
+      // "10,20-30" or [10, 20, 21]
+      if (const toml::array* a = v.as_array()) {
+        std::string list;
+        for (auto&& e : *a) {
+          auto n = e.is_integer() ? e.value<int64_t>() : std::nullopt;
+          if (!n) { *err = "'trunks' must be a VLAN list: \"10,20-30\" or [10, 20]"; return false; }
+          list += (list.empty() ? "" : ",") + std::to_string(*n);
+        }
+        if (!parse_vlan_list(list, &c->trunks, err)) return false;
+      } else {
+        std::string list;
+        if (!get_str(v, "trunks", &list, err) || !parse_vlan_list(list, &c->trunks, err)) return false;
+      }
     } else if (key == "queue_size") {
       if (!get_int<uint32_t>(v, "queue_size", 64, 4096, &c->queue_size, err)) return false;
       if (c->queue_size & (c->queue_size - 1)) { *err = "'queue_size' must be a power of two"; return false; }
@@ -441,6 +514,16 @@ bool validate(const SwitchConfig& cfg, std::string* err) {
           return false;
         }
       }
+    }
+  }
+  for (const auto& p : cfg.ports) {
+    if (p.vlan && !p.trunks.empty()) {
+      *err = fmt::format("port {}: vlan (an access port) and trunks (a trunk) exclude each other", p.name);
+      return false;
+    }
+    if (p.native_vlan && p.trunks.empty()) {
+      *err = fmt::format("port {}: native_vlan needs trunks", p.name);
+      return false;
     }
   }
   if (!dp::parse_flush_policy(cfg.flush, err)) return false;

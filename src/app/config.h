@@ -57,6 +57,14 @@ std::optional<uint32_t> parse_socket_mode(const std::string& s);
 
 /// Parses "NAME=vhost-user:PATH" or "NAME=vhost-user-client:PATH".
 std::optional<port::PortConfig> parse_port_spec(const std::string& spec, std::string* err);
+/// Sets one of a port's settings from text, as `--port-set NAME:KEY=VALUE` gives it: `vlan`
+/// (1..4094, or 0 for none), `trunks` (a VLAN list "10,20-30", or "" for none),
+/// `native_vlan` (1..4094, or 0). False with `*err` for an unknown key or a bad value.
+bool set_port_setting(port::PortConfig* c, const std::string& key, const std::string& value,
+                      std::string* err);
+/// Parses a VLAN list "10,20-30" (each 1..4094, ranges ascending) into `out`, sorted,
+/// without duplicates.
+bool parse_vlan_list(const std::string& s, std::vector<uint16_t>* out, std::string* err);
 std::optional<dp::ForwardMode> parse_forward(const std::string& s);
 std::optional<dp::PmdMode> parse_pmd_mode(const std::string& s);
 

@@ -338,12 +338,12 @@ class FdbStream final : public control::ReplyStream {
         ++total_;
         if (shown_ >= limit_) continue;
         if (shown_++) out->push_back(',');
-        const uint64_t m = e.mac;
+        const uint64_t m = e.mac;  // (VLAN << 48) | MAC (dp/vlan.h vlan_key)
         // The keys in nlohmann's order (sorted), as the reply had them.
-        fmt::format_to(it, R"({{"age_s":{},"mac":"{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}","port":{}}})",
+        fmt::format_to(it, R"({{"age_s":{},"mac":"{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}","port":{},"vlan":{}}})",
                        e.age_s, (m >> 40) & 0xff, (m >> 32) & 0xff, (m >> 24) & 0xff,
                        (m >> 16) & 0xff, (m >> 8) & 0xff, m & 0xff,
-                       e.port < names_.size() ? names_[e.port] : std::string(R"("?")"));
+                       e.port < names_.size() ? names_[e.port] : std::string(R"("?")"), m >> 48);
       }
       if (out->size() >= kSliceBytes || mono_ns() - t0 >= kSliceUs * 1000) return false;
     }

@@ -73,6 +73,19 @@ void Switch::add_ports() {
     tables_.xc_peer[i] = dp::SwitchTables::kNoPeer;
   }
   tables_.nports = static_cast<uint32_t>(ports_.size());
+  for (uint32_t i = 0; i < cfg_.ports.size(); ++i) {
+    const port::PortConfig& pc = cfg_.ports[i];
+    dp::PortVlan& v = tables_.vlan[i];
+    if (pc.vlan) {
+      v.mode = dp::PortVlan::Mode::kAccess;
+      v.tag = pc.vlan;
+    } else if (!pc.trunks.empty()) {
+      v.mode = dp::PortVlan::Mode::kTrunk;
+      v.native = pc.native_vlan;
+      for (const uint16_t t : pc.trunks) v.allow(t);
+    }
+    if (v.mode != dp::PortVlan::Mode::kAll) tables_.vlans = true;
+  }
   for (uint32_t i = 0; i + 1 < tables_.nports; i += 2) {
     tables_.xc_peer[i] = i + 1;
     tables_.xc_peer[i + 1] = i;
@@ -218,7 +231,13 @@ void Switch::announce(uint32_t port, const uint8_t mac[6]) {
   // DPDK broadcast a RARP from it). Here the bridge learns the MAC on the port at once;
   // multicast MACs are not learned, like on the datapath.
   const dp::Mac m = dp::mac_from_bytes(mac);
-  const bool ok = !dp::mac_is_multicast(m) && fdb_.learn(m, port, tables_.now_s.load());
+  // In the guest's VLAN: an access port's (a guest on a trunk or on a port of every VLAN is
+  // learned in VLAN 0, its untagged frames').
+  const dp::PortVlan& pv = tables_.vlan[port];
+  const uint16_t vlan = pv.mode == dp::PortVlan::Mode::kAccess ? pv.tag
+                        : pv.mode == dp::PortVlan::Mode::kTrunk ? pv.native : 0;
+  const dp::Mac key = tables_.vlans ? dp::vlan_key(m, vlan) : m;
+  const bool ok = !dp::mac_is_multicast(m) && fdb_.learn(key, port, tables_.now_s.load());
   // Rate-limited: a front-end can send SEND_RARP in a loop (a log line per wake-up).
   VL_LOG_RL(spdlog::level::info, "port {}: SEND_RARP for {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}: {}",
             ports_[port]->name(), mac[0], mac[1], mac[2], mac[3], mac[4], mac[5],

@@ -19,6 +19,10 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
                 "tap device into the host's stack, created if absent), NAME=af-packet:IFACE (a "
                 "packet socket), NAME=af-xdp:IFACE (AF_XDP, falling back to af-packet), "
                 "NAME=dpdk:DEVARGS (a DPDK ethdev: PCI address or vdev); repeat for more ports");
+  s->add_option("--port-set", a.port_sets,
+                "NAME:KEY=VALUE, one of a port's settings (repeat): vlan=N (an access port of "
+                "VLAN N, untagged), trunks=LIST (a trunk of the VLANs in LIST, e.g. 10,20-30, "
+                "tagged), native_vlan=N (a trunk's untagged VLAN)");
   s->add_option("--forward", a.forward,
                 "bridge (MAC learning, default) or xconnect (1<->2, 3<->4, ...: an even number "
                 "of ports)")
@@ -100,6 +104,20 @@ bool load_config_and_ports(const SwitchArgs& a, app::SwitchConfig* cfg) {
       return false;
     }
     cfg->ports.push_back(*p);
+  }
+  for (const auto& set : a.port_sets) {
+    const size_t colon = set.find(':'), eq = set.find('=');
+    port::PortConfig* pc = nullptr;
+    for (auto& p : cfg->ports)
+      if (colon != std::string::npos && p.name == set.substr(0, colon)) pc = &p;
+    if (!pc || eq == std::string::npos || eq < colon) {
+      spdlog::error("--port-set '{}': expected NAME:KEY=VALUE with NAME a port", set);
+      return false;
+    }
+    if (!app::set_port_setting(pc, set.substr(colon + 1, eq - colon - 1), set.substr(eq + 1), &err)) {
+      spdlog::error("{}", err);
+      return false;
+    }
   }
   return true;
 }

@@ -11,6 +11,7 @@ struct SwitchArgs {
   std::string offloads;  ///< "on" / "off" for every port; empty: per port (default on)
   std::string config;
   std::vector<std::string> ports;
+  std::vector<std::string> port_sets;  ///< --port-set NAME:KEY=VALUE
   std::string forward;
   std::string pmd_cores;
   std::string pmd_mode;

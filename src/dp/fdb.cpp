@@ -28,22 +28,24 @@ Fdb::Fdb(uint32_t buckets, uint32_t max_per_port, uint64_t key) : max_per_port_(
     for (uint32_t s = 0; s < kSlots; ++s) {
       buckets_[i].w[s].store(0, std::memory_order_relaxed);
       times_[i].t[s].store(0, std::memory_order_relaxed);
+      times_[i].v[s].store(0, std::memory_order_relaxed);
     }
   }
 }
 
-bool Fdb::learn(Mac mac, uint32_t port, uint32_t now_s) {
+bool Fdb::learn(Mac key, uint32_t port, uint32_t now_s) {
   if (port >= kMaxPortIds - 1) return false;
-  const uint32_t h = hash(mac);
+  const uint32_t h = hash(key);
   Bucket& b = buckets_[h];
   Times& t = times_[h];
-  const uint64_t want = (mac << 16) | (port + 1);
+  const uint16_t vlan = static_cast<uint16_t>(key >> 48);
+  const uint64_t want = ((key & kMacMask) << 16) | (port + 1);
   uint64_t words[kSlots];
   int empty = -1;
   for (uint32_t i = 0; i < kSlots; ++i) {
     const uint64_t w = b.w[i].load(std::memory_order_relaxed);
     words[i] = w;
-    if (w && (w >> 16) == mac) {
+    if (holds(h, i, w, key)) {
       if (w != want) {  // moved port
         if (port_entries(port) >= max_per_port_) {  // the limit holds for moves too
           declined_.fetch_add(1, std::memory_order_relaxed);
@@ -64,13 +66,8 @@ bool Fdb::learn(Mac mac, uint32_t port, uint32_t now_s) {
   // A new MAC: the slow path (once per MAC, not per frame).
   const bool at_limit = port_entries(port) >= max_per_port_;
   if (empty >= 0 && !at_limit) {
-    uint64_t expected = 0;
-    if (b.w[empty].compare_exchange_strong(expected, want, std::memory_order_relaxed)) {
-      t.t[empty].store(now_s, std::memory_order_relaxed);
-      count(want, +1);
-      return true;
-    }
-    return false;  // another thread took the slot this instant; learned on a later frame
+    // (False: another thread took the slot this instant; learned on a later frame.)
+    return replace(h, static_cast<uint32_t>(empty), 0, want, vlan, now_s);
   }
   // Full bucket (or the port's quota is used up): choose a victim (see fdb.h).
   uint32_t per_port[kSlots];
@@ -108,11 +105,21 @@ bool Fdb::learn(Mac mac, uint32_t port, uint32_t now_s) {
     declined_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  uint64_t expected = words[victim];
-  if (!b.w[victim].compare_exchange_strong(expected, want, std::memory_order_relaxed)) return false;
-  count(expected, -1);
+  return replace(h, static_cast<uint32_t>(victim), words[victim], want, vlan, now_s);
+}
+
+bool Fdb::replace(uint32_t h, uint32_t i, uint64_t old, uint64_t want, uint16_t vlan,
+                  uint32_t now_s) {
+  // Claimed first, then its VLAN, then the entry (release): a reader that sees the entry
+  // sees its VLAN, and no other thread writes a claimed slot's VLAN.
+  if (old == kClaimed ||
+      !buckets_[h].w[i].compare_exchange_strong(old, kClaimed, std::memory_order_acquire))
+    return false;
+  times_[h].v[i].store(vlan, std::memory_order_relaxed);
+  times_[h].t[i].store(now_s, std::memory_order_relaxed);
+  buckets_[h].w[i].store(want, std::memory_order_release);
+  count(old, -1);
   count(want, +1);
-  t.t[victim].store(now_s, std::memory_order_relaxed);
   return true;
 }
 
@@ -121,7 +128,7 @@ uint32_t Fdb::age(uint32_t now_s, uint32_t max_age_s) {
   for (uint32_t i = 0; i <= mask_; ++i) {
     for (uint32_t s = 0; s < kSlots; ++s) {
       uint64_t w = buckets_[i].w[s].load(std::memory_order_relaxed);
-      if (!w) continue;
+      if (!w || w == kClaimed) continue;
       const uint32_t seen = times_[i].t[s].load(std::memory_order_relaxed);
       if (now_s - seen > max_age_s &&
           buckets_[i].w[s].compare_exchange_strong(w, 0, std::memory_order_relaxed)) {
@@ -157,10 +164,11 @@ uint32_t Fdb::entries_in(uint32_t first, uint32_t n, uint32_t now_s, uint32_t po
   const uint32_t end = first + std::min(n, mask_ + 1 - std::min(first, mask_ + 1));
   for (uint32_t i = first; i < end; ++i) {
     for (uint32_t s = 0; s < kSlots; ++s) {
-      const uint64_t w = buckets_[i].w[s].load(std::memory_order_relaxed);
-      if (!w) continue;
+      const uint64_t w = buckets_[i].w[s].load(std::memory_order_acquire);
+      if (!w || w == kClaimed) continue;
       if (port != ~0u && (w & 0xffff) != port + 1) continue;
-      out->push_back({w >> 16, static_cast<uint32_t>((w & 0xffff) - 1),
+      const uint64_t vlan = times_[i].v[s].load(std::memory_order_relaxed);
+      out->push_back({vlan << 48 | w >> 16, static_cast<uint32_t>((w & 0xffff) - 1),
                       now_s - times_[i].t[s].load(std::memory_order_relaxed)});
     }
   }

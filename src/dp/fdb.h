@@ -60,12 +60,21 @@ class Fdb {
   explicit Fdb(uint32_t buckets = 1u << 16, uint32_t max_per_port = kDefaultMaxPerPort,
                uint64_t key = 0);
 
-  /// The port that `mac` was learned on, or kNoPort.
-  uint32_t lookup(Mac mac) const {
-    const Bucket& b = buckets_[hash(mac)];
+  /// The port that `mac` was learned on, or kNoPort. A key is a MAC in its low 48 bits and
+  /// its VLAN above them (dp/vlan.h vlan_key; VLAN 0 without VLANs). An entry's word holds
+  /// the MAC and the port, its VLAN sits next to it (Times::v): a reader may, for an
+  /// instant while another thread replaces the entry, pair the new word with the old VLAN;
+  /// the forwarder sends a frame only to ports that carry its VLAN, so such a frame never
+  /// leaves its VLAN (docs/architecture.md "VLANs").
+  uint32_t lookup(Mac key) const {
+    const uint32_t h = hash(key);
+    const Bucket& b = buckets_[h];
+    const uint64_t mac = key & kMacMask;
+    const uint16_t vlan = static_cast<uint16_t>(key >> 48);
     for (uint32_t i = 0; i < kSlots; ++i) {
-      const uint64_t w = b.w[i].load(std::memory_order_relaxed);
-      if ((w >> 16) == mac && w) return static_cast<uint32_t>((w & 0xffff) - 1);
+      const uint64_t w = b.w[i].load(std::memory_order_acquire);
+      if ((w >> 16) == mac && w && times_[h].v[i].load(std::memory_order_relaxed) == vlan)
+        return static_cast<uint32_t>((w & 0xffff) - 1);
     }
     return kNoPort;
   }
@@ -88,7 +97,7 @@ class Fdb {
   void flush_port(uint32_t port);
 
   struct Entry {
-    Mac mac;
+    Mac mac;  ///< its key: VLAN << 48 | MAC
     uint32_t port;
     uint32_t age_s;
   };
@@ -109,7 +118,16 @@ class Fdb {
   };
   struct Times {
     std::atomic<uint32_t> t[kSlots];
+    std::atomic<uint16_t> v[kSlots];  ///< each entry's VLAN
   };
+  static constexpr uint64_t kMacMask = (uint64_t{1} << 48) - 1;
+  /// A slot being written (learn): no port, and a multicast MAC, which no lookup asks for.
+  static constexpr uint64_t kClaimed = uint64_t{1} << (40 + 16);
+  /// Entry i of bucket h has key `key` (MAC and VLAN).
+  bool holds(uint32_t h, uint32_t i, uint64_t w, Mac key) const {
+    return w && (w >> 16) == (key & kMacMask) &&
+           times_[h].v[i].load(std::memory_order_relaxed) == (key >> 48);
+  }
   /// Keyed multiply-xorshift: with a secret key_ and mul_ a front-end cannot aim MACs at
   /// a bucket (it sees nothing of the table but flooding, which the eviction rule bounds).
   uint32_t hash(Mac mac) const {
@@ -118,8 +136,11 @@ class Fdb {
     x *= 0xbf58476d1ce4e5b9ull;
     return static_cast<uint32_t>(x >> 32) & mask_;
   }
+  /// Writes entry `want` (VLAN `vlan`, seen at `now_s`) into slot i of bucket h, which held
+  /// `old`; false if another thread changed the slot first.
+  bool replace(uint32_t h, uint32_t i, uint64_t old, uint64_t want, uint16_t vlan, uint32_t now_s);
   void count(uint64_t word, int delta) {
-    if (word) counts_[(word & 0xffff) - 1].fetch_add(static_cast<uint32_t>(delta), std::memory_order_relaxed);
+    if (word & 0xffff) counts_[(word & 0xffff) - 1].fetch_add(static_cast<uint32_t>(delta), std::memory_order_relaxed);
   }
   uint64_t key_ = 0;
   uint64_t mul_ = 0;

@@ -114,8 +114,10 @@ void Forwarder::enqueue_run(uint32_t out, const uint16_t* s, uint32_t n) {
 
 void Forwarder::flood(uint32_t in, uint16_t s) {
   bool any = false;
+  const bool vlans = tables_->vlans;
   for (uint32_t o = 0; o < tables_->nports; ++o) {
     if (o == in || !tables_->ports[o]->active()) continue;
+    if (vlans && !tables_->vlan[o].carries(pool_[s].vlan)) continue;
     enqueue(o, s);
     any = true;
   }
@@ -312,17 +314,37 @@ Drop Forwarder::split_into_slot(Slot& sl, const Chain& ch, uint32_t hdr_len) {
 // destination, flood what is unknown or multicast). Immediate queues, and queues that
 // reach a full burst, are delivered here.
 [[gnu::noinline]] void Forwarder::classify(uint32_t in) {
+  if (tables_->vlans) [[unlikely]] classify_as<true>(in);
+  else classify_as<false>(in);
+}
+
+template <bool kVlans>
+void Forwarder::classify_as(uint32_t in) {
   const uint32_t k = nburst_;
   PortCounters& c = counters_[in];
+  uint32_t k2 = k;
+  if constexpr (kVlans) k2 = vlan_ingress(in, k);
   if (tables_->mode == ForwardMode::kXconnect) {
     const uint32_t o = tables_->xc_peer[in];
-    if (o == SwitchTables::kNoPeer) [[unlikely]] c.drop(Drop::kNoDestination, k);
-    else enqueue_run(o, burst_, k);
+    if (o == SwitchTables::kNoPeer) [[unlikely]] {
+      c.drop(Drop::kNoDestination, k2);
+      return;
+    }
+    uint32_t k3 = k2;
+    if constexpr (kVlans) {  // only the VLANs the peer carries
+      k3 = 0;
+      for (uint32_t i = 0; i < k2; ++i) {
+        if (tables_->vlan[o].carries(pool_[burst_[i]].vlan)) burst_[k3++] = burst_[i];
+        else c.drop(Drop::kVlanNotAllowed);
+      }
+    }
+    enqueue_run(o, burst_, k3);
     return;
   }
   const uint32_t now_s = tables_->now_s.load(std::memory_order_relaxed);
   // Consecutive frames to one source MAC are learned once, to one destination MAC looked
-  // up once, and frames to one output port enqueued as one run (burst_[run_b..i)).
+  // up once, and frames to one output port enqueued as one run (burst_[run_b..i)). With
+  // VLANs a MAC table key is (VLAN, MAC) (dp/vlan.h vlan_key).
   constexpr uint32_t kNone = ~0u;
   Mac last_src = ~Mac{0}, last_dst = ~Mac{0};
   uint32_t last_o = kNone, run_o = kNone, run_b = 0;
@@ -330,14 +352,18 @@ Drop Forwarder::split_into_slot(Slot& sl, const Chain& ch, uint32_t hdr_len) {
     if (run_o != kNone) enqueue_run(run_o, burst_ + run_b, i - run_b);
     run_o = kNone;
   };
-  for (uint32_t i = 0; i < k; ++i) {
+  for (uint32_t i = 0; i < k2; ++i) {
     const uint16_t s = burst_[i];
     const Slot& sl = pool_[s];
     uint8_t eth[12];
     if (sl.segs[0].len >= 12) [[likely]] std::memcpy(eth, sl.segs[0].ptr, 12);
     else gather_copy(eth, sl.segs, sl.nsegs, 0, 12);
-    const Mac dst = mac_from_bytes(eth);
-    const Mac src = mac_from_bytes(eth + 6);
+    Mac dst = mac_from_bytes(eth);
+    Mac src = mac_from_bytes(eth + 6);
+    if constexpr (kVlans) {
+      dst = vlan_key(dst, sl.vlan);
+      src = vlan_key(src, sl.vlan);
+    }
     if (src != last_src && !mac_is_multicast(src)) {
       tables_->fdb->learn(src, in, now_s);
       last_src = src;
@@ -348,7 +374,10 @@ Drop Forwarder::split_into_slot(Slot& sl, const Chain& ch, uint32_t hdr_len) {
         last_dst = dst;
         last_o = tables_->fdb->lookup(dst);
       }
-      if (last_o != Fdb::kNoPort && last_o < tables_->nports && last_o != in) [[likely]] {
+      // (With VLANs, an entry another thread is replacing at this instant may name a port
+      // outside the frame's VLAN, fdb.h: the frame is then flooded in its VLAN.)
+      if (last_o != Fdb::kNoPort && last_o < tables_->nports && last_o != in &&
+          (!kVlans || tables_->vlan[last_o].carries(sl.vlan))) [[likely]] {
         if (last_o != run_o) {
           end_run(i);
           run_o = last_o;
@@ -358,10 +387,80 @@ Drop Forwarder::split_into_slot(Slot& sl, const Chain& ch, uint32_t hdr_len) {
       }
     }
     end_run(i);
-    if (mac_is_multicast(dst) || last_o == Fdb::kNoPort || last_o >= tables_->nports) flood(in, s);
-    else c.drop(Drop::kNoDestination);  // never back out of the ingress port
+    if (last_o == in && !mac_is_multicast(dst)) c.drop(Drop::kNoDestination);  // never back out
+    else flood(in, s);
   }
-  end_run(k);
+  end_run(k2);
+}
+
+uint32_t Forwarder::vlan_ingress(uint32_t in, uint32_t k) {
+  uint32_t k2 = 0;
+  for (uint32_t i = 0; i < k; ++i) {
+    Slot& sl = pool_[burst_[i]];
+    uint8_t h[16] = {};
+    if (sl.segs[0].len >= 16) std::memcpy(h, sl.segs[0].ptr, 16);
+    else gather_copy(h, sl.segs, sl.nsegs, 0, std::min<uint32_t>(16, sl.len));
+    uint16_t vid = 0;
+    sl.tagged = sl.len >= 16 && vlan_tag(h, &vid);
+    const int v = tables_->vlan[in].ingress(sl.tagged, vid);
+    if (v < 0) {
+      counters_[in].drop(Drop::kVlanNotAllowed);
+      continue;
+    }
+    sl.vlan = static_cast<uint16_t>(v);
+    burst_[k2++] = burst_[i];
+  }
+  return k2;
+}
+
+const Forwarder::Slot& Forwarder::vlan_view(const Slot& sl, uint32_t o, uint32_t j) {
+  const bool out_tagged = !tables_->vlan[o].untagged(sl.vlan);
+  if (out_tagged == sl.tagged) return sl;
+  Slot& e = vlan_slot_[j];
+  e = sl;
+  // Splice: the bytes before the tag's place, the tag (added) or nothing (removed), the rest.
+  const uint32_t at = 2 * 6, cut = sl.tagged ? kVlanTagLen : 0;
+  uint32_t n = 0, off = 0;
+  bool fits = true;
+  auto put = [&](uint8_t* p, uint32_t len) {
+    if (!len) return;
+    if (n == kMaxEditSegs) fits = false;
+    else vlan_segs_[j][n++] = virtio::Segment{p, len};
+  };
+  for (uint32_t i = 0; i < sl.nsegs; ++i) {
+    const virtio::Segment& g = sl.segs[i];
+    const uint32_t a = off, b = off + g.len;  // this segment's bytes [a, b) of the frame
+    off = b;
+    // [a, b) minus [at, at + cut), with the new tag inserted at `at`.
+    if (b <= at || a >= at + cut) {
+      if (!sl.tagged && a == at) put(vlan_tag_[j], kVlanTagLen);
+      put(g.ptr, g.len);
+      continue;
+    }
+    if (a < at) put(g.ptr, at - a);
+    if (!sl.tagged) put(vlan_tag_[j], kVlanTagLen);
+    if (b > at + cut) put(g.ptr + (at + cut - a), b - (at + cut));
+  }
+  if (!sl.tagged) {
+    vlan_tag_[j][0] = kEthTypeVlan >> 8;
+    vlan_tag_[j][1] = kEthTypeVlan & 0xff;
+    vlan_tag_[j][2] = static_cast<uint8_t>(sl.vlan >> 8);
+    vlan_tag_[j][3] = static_cast<uint8_t>(sl.vlan);
+  }
+  if (!fits || sl.len < at + cut) [[unlikely]] {  // too many segments to splice: too_big
+    e.nsegs = 0;
+    e.len = ~0u >> 1;
+    e.hdr = NetHdr{};
+    return e;
+  }
+  e.segs = vlan_segs_[j];
+  e.nsegs = n;
+  const int d = sl.tagged ? -static_cast<int>(kVlanTagLen) : static_cast<int>(kVlanTagLen);
+  e.len = static_cast<uint32_t>(static_cast<int>(sl.len) + d);
+  // The header's offsets count from the frame's first byte (virtio 1.2 §5.1.6.2).
+  if (e.hdr.flags & virtio::kNetHdrFNeedsCsum) e.hdr.csum_start = static_cast<uint16_t>(e.hdr.csum_start + d);
+  if (e.hdr.hdr_len) e.hdr.hdr_len = static_cast<uint16_t>(e.hdr.hdr_len + d);
+  return e;
 }
 
 // Step 3, end the burst (24 instructions a frame: the sender's used entries, publish and
@@ -695,14 +794,19 @@ uint32_t Forwarder::send_slots(uint32_t o, const uint16_t* slots, uint32_t cnt,
 
 template <class Get>
 uint32_t Forwarder::deliver_to(uint32_t o, uint32_t qi, Get&& frame, uint32_t n, uint64_t now,
-                               uint64_t keep_ns) {
+                               uint64_t keep_ns, bool as_is) {
   const port::QueuePairDp& qp = tables_->ports[o]->dp().qp[qi];
   port::QueueShared* shared = qp.rx_shared;
   uint32_t done = n;
   shared->enter(thread_);  // self-check: this thread is the queue's only writer (port.h)
   // The receive ring's layout is chosen once per batch.
   if (qp.rxq && !qp.rxq.broken()) {
-    done = qp.rxq.visit([&](auto& q) { return deliver_queue(o, qi, &q, frame, n, now, keep_ns); });
+    if (tables_->vlans && !as_is) [[unlikely]] {  // frames as they leave o (tags added, removed)
+      auto edited = [&](uint32_t j) -> const Slot& { return vlan_view(frame(j), o, j); };
+      done = qp.rxq.visit([&](auto& q) { return deliver_queue(o, qi, &q, edited, n, now, keep_ns); });
+    } else {
+      done = qp.rxq.visit([&](auto& q) { return deliver_queue(o, qi, &q, frame, n, now, keep_ns); });
+    }
   } else {
     for (uint32_t j = 0; j < n; ++j) counters_[frame(j).src].drop(Drop::kNoDestination);
   }
@@ -724,7 +828,8 @@ void Forwarder::hand_off(uint32_t o, uint32_t via, uint32_t qi, uint32_t gen,
   const uint32_t max_frame = tables_->ports[o]->dp().caps.max_frame;
   uint32_t sent = 0;
   for (uint32_t j = 0; j < n; ++j) {
-    const Slot& sl = pool_[slots[j]];
+    // The frame as it leaves o (its tag added or removed), copied so into the ring.
+    const Slot& sl = tables_->vlans ? vlan_view(pool_[slots[j]], o, j) : pool_[slots[j]];
     if (sl.len > max_frame && sl.hdr.gso_type == kNetHdrGsoNone) [[unlikely]] {
       counters_[o].drop(Drop::kTooBig);
       continue;
@@ -789,7 +894,8 @@ void Forwarder::deliver_handed(const Handed* h, uint32_t n) {
     for (uint32_t j = 0; j < n; ++j) counters_[h[j].slot.src].drop(Drop::kNoDestination);
     return;
   }
-  deliver_to(o, qi, [h](uint32_t j) -> const Slot& { return h[j].slot; }, n, clock_());
+  deliver_to(o, qi, [h](uint32_t j) -> const Slot& { return h[j].slot; }, n, clock_(), 0,
+             /*as_is=*/true);
 }
 
 template <class Q, class Get>

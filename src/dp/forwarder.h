@@ -43,6 +43,7 @@
 #include "dp/flow_hash.h"
 #include "dp/flush.h"
 #include "dp/handoff.h"
+#include "dp/vlan.h"
 #include "offload/deliver.h"
 #include "port/port.h"
 #include "virtio/net_copy.h"
@@ -72,6 +73,10 @@ struct SwitchTables {
   /// PMD threads, and the handoff ring from thread p to thread c at [p][c] (null when
   /// p == c or when no ring was set up: frames for it are then dropped as no_destination).
   uint32_t pmd_threads = 1;
+  /// 802.1Q (dp/vlan.h): some port has an access VLAN or a trunk list (else every frame
+  /// skips the VLAN steps), and how each port carries VLANs. Set before the threads start.
+  bool vlans = false;
+  PortVlan vlan[port::kMaxPorts];
   HandoffRing* handoff[port::kMaxPmdThreads][port::kMaxPmdThreads] = {};
   static constexpr uint32_t kNoPeer = 0xffffffff;
 
@@ -168,6 +173,8 @@ class Forwarder {
     uint8_t sq;      ///< the sender's queue pair
     uint8_t refs;    ///< queues holding it, +1 while its burst is classified
     bool done;       ///< every queue it sat in was delivered; waits for older slots
+    bool tagged;     ///< with SwitchTables::vlans: it carries an 802.1Q tag at offset 12
+    uint16_t vlan;   ///< with SwitchTables::vlans: the VLAN it belongs to (dp/vlan.h)
     virtio::NetHdr hdr;  ///< its virtio-net header (offloads), checked on arrival
     virtio::Segment inl[kInlineSegs];
   };
@@ -219,6 +226,17 @@ class Forwarder {
   void refuse_taken(port::PortCounters& c, uint32_t k, uint16_t s, port::Drop why);
   void end_take(const BurstTake& bt);
   void classify(uint32_t in);
+  /// classify() with SwitchTables::vlans: (VLAN, MAC) keys, flooding within the VLAN.
+  template <bool kVlans>
+  void classify_as(uint32_t in);
+  /// Each frame's VLAN (its tag at offset 12 and port `in`'s mode); drops those `in` does
+  /// not take. Returns the frames left, burst_[0..returned).
+  uint32_t vlan_ingress(uint32_t in, uint32_t k);
+  /// Frame `sl` as it leaves port `o`: itself, or (at index j < kOutQueueCap of a batch) an
+  /// edited view with its 802.1Q tag removed or added (segments spliced, length and
+  /// virtio-net header offsets moved by 4 bytes; the bytes themselves are not copied).
+  const Slot& vlan_view(const Slot& sl, uint32_t o, uint32_t j);
+  static constexpr uint32_t kMaxEditSegs = 64;
   void end_burst();
   void report_broken(uint32_t in);
   /// enqueue() for `n` slots bound for the same output (a cross-connected burst).
@@ -228,9 +246,10 @@ class Forwarder {
   /// `keep_ns` (0: none): a frame that finds the queue full and is younger than that stops
   /// the delivery, to be retried (port::PortDp::tx_retry_ns). Returns the frames delivered
   /// or dropped: frame(returned value) onwards were kept.
+  /// `as_is`: the frames are already as they leave `o` (handed off: edited by hand_off).
   template <class Get>
   uint32_t deliver_to(uint32_t o, uint32_t qi, Get&& frame, uint32_t n, uint64_t now,
-                      uint64_t keep_ns = 0);
+                      uint64_t keep_ns = 0, bool as_is = false);
   template <class Q, class Get>
   uint32_t deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, uint32_t n, uint64_t now,
                          uint64_t keep_ns);
@@ -337,6 +356,10 @@ class Forwarder {
   uint32_t lean_in_ = 0, lean_qi_ = 0;
   bool kept_ = false;             // flush_port kept frames for a retry since take_burst
   Handed handed_[kMaxBurst];      // a batch of handed-off frames being delivered
+  // vlan_view()'s edited frames of the batch being delivered: slots, segments, tags.
+  Slot vlan_slot_[kOutQueueCap];
+  virtio::Segment vlan_segs_[kOutQueueCap][kMaxEditSegs];
+  uint8_t vlan_tag_[kOutQueueCap][kVlanTagLen];
   OutQueue outq_[port::kMaxPorts];
   uint64_t held_ = 0;             // outputs whose queue is not empty
   uint64_t burst_out_ = 0;        // outputs that got frames in this burst

@@ -14,6 +14,7 @@ const char* drop_name(Drop d) {
     case Drop::kBadGso: return "bad_gso";
     case Drop::kHandoffFull: return "handoff_full";
     case Drop::kShortRxBuffer: return "short_rx_buffer";
+    case Drop::kVlanNotAllowed: return "vlan_not_allowed";
     case Drop::kCount: break;
   }
   return "unknown";

@@ -29,6 +29,10 @@ enum class Drop : uint8_t {
   /// egress port: its next receive buffer was too short for any frame (below the
   /// virtio-net header; hostile-inputs.md item 21): returned unused, the frame dropped
   kShortRxBuffer,
+  /// a frame of a VLAN its port does not carry (a tagged frame on an access port, a VLAN
+  /// not in a trunk's list, an untagged frame on a trunk without a native VLAN), or one its
+  /// cross-connected peer does not carry (dp/vlan.h)
+  kVlanNotAllowed,
   kCount,
 };
 inline constexpr uint32_t kNumDrops = static_cast<uint32_t>(Drop::kCount);

@@ -3,6 +3,7 @@
 // (INTERFACES.md): its type, its target, and its settings.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace vl::port {
 
@@ -54,6 +55,14 @@ struct PortConfig {
   /// Most bytes of guest memory one connection may map (SET_MEM_TABLE beyond it is
   /// refused): bounds the address space a front-end can take.
   uint64_t max_guest_memory = uint64_t{1} << 40;
+  // ---- 802.1Q (dp/vlan.h; any port type) ----
+  /// Access port: its one VLAN (1..4094), untagged on the port; 0: not an access port.
+  uint16_t vlan = 0;
+  /// Trunk port: the VLANs it carries tagged (each 1..4094); empty: not a trunk. With
+  /// neither `vlan` nor `trunks` a port carries every VLAN as it comes (untagged: VLAN 0).
+  std::vector<uint16_t> trunks;
+  /// Trunk port: the VLAN of its untagged frames (0: untagged frames are dropped).
+  uint16_t native_vlan = 0;
   // ---- Uplinks (tap, af-packet, af-xdp, dpdk) ----
   /// Descriptors per virtqueue between the uplink's wire and the switch, and per device
   /// ring of a dpdk port (a power of two, 64..4096).

@@ -121,8 +121,33 @@ uint32_t AfPacketWire::recv(uint32_t, Buf* bufs, uint32_t n) {
       uint8_t* b = bufs[got].p;
       std::memset(b, 0, kHdrLen);
       std::memcpy(b, next_ + ph->tp_mac - hdr, hdr);
-      std::memcpy(b + kHdrLen, next_ + ph->tp_mac, ph->tp_snaplen);
-      bufs[got++].len = kHdrLen + ph->tp_snaplen;
+      const uint8_t* f = next_ + ph->tp_mac;
+      // A VLAN tag the kernel took off (rx VLAN acceleration: the tag is in the ring's
+      // header, not in the frame) goes back where it was, after the MAC addresses.
+      const bool vlan = (ph->tp_status & TP_STATUS_VLAN_VALID) && ph->tp_snaplen >= 12;
+      if (!vlan) {
+        std::memcpy(b + kHdrLen, f, ph->tp_snaplen);
+        bufs[got++].len = kHdrLen + ph->tp_snaplen;
+      } else if (kHdrLen + ph->tp_snaplen + 4 > bufs[got].cap) {
+        bump(rx_truncated_);
+      } else {
+        const uint16_t tpid = (ph->tp_status & TP_STATUS_VLAN_TPID_VALID) ? ph->hv1.tp_vlan_tpid : 0x8100;
+        const uint16_t tci = static_cast<uint16_t>(ph->hv1.tp_vlan_tci);
+        uint8_t* d = b + kHdrLen;
+        std::memcpy(d, f, 12);
+        const uint8_t tag[4] = {static_cast<uint8_t>(tpid >> 8), static_cast<uint8_t>(tpid),
+                                static_cast<uint8_t>(tci >> 8), static_cast<uint8_t>(tci)};
+        std::memcpy(d + 12, tag, 4);
+        std::memcpy(d + 16, f + 12, ph->tp_snaplen - 12);
+        bufs[got++].len = kHdrLen + ph->tp_snaplen + 4;
+        // The header's offsets count from the frame's first byte: 4 more now.
+        uint16_t v;
+        std::memcpy(&v, b + 6, 2);  // csum_start (struct virtio_net_hdr)
+        if (b[0] & 1) v = static_cast<uint16_t>(v + 4), std::memcpy(b + 6, &v, 2);
+        std::memcpy(&v, b + 2, 2);  // hdr_len
+        if (v) v = static_cast<uint16_t>(v + 4), std::memcpy(b + 2, &v, 2);
+        bump(rx_vlan_restored_);
+      }
     } else {
       bump(rx_bad_);
     }
@@ -181,6 +206,7 @@ void AfPacketWire::counters(DeviceCounters* out) const {
   out->emplace_back("kernel_rx_dropped", kernel_drops_);
   out->emplace_back("rx_truncated", peek(rx_truncated_));
   out->emplace_back("rx_bad", peek(rx_bad_));
+  out->emplace_back("rx_vlan_restored", peek(rx_vlan_restored_));
   out->emplace_back("tx_errors", peek(tx_errors_));
 }
 

@@ -46,6 +46,7 @@ class AfPacketWire final : public Wire {
   uint32_t left_ = 0;       // frames of it not yet read (0: not started)
   uint8_t* next_ = nullptr; // its next frame
   uint64_t rx_truncated_ = 0, rx_bad_ = 0, tx_errors_ = 0;
+  uint64_t rx_vlan_restored_ = 0;  // frames whose tag the kernel had taken off
   mutable uint64_t kernel_packets_ = 0, kernel_drops_ = 0;  // PACKET_STATISTICS resets on read
 };
 
