@@ -44,7 +44,7 @@ struct alignas(64) AfXdpWire::Queue {
   uint32_t nfree = 0;                   // free_tx[0..nfree): tx chunks that are ours
   std::unique_ptr<uint64_t[]> free_tx;  // kTxFrames UMEM offsets
   uint64_t rx_truncated = 0, rx_bad_desc = 0, tx_ring_full = 0, tx_bad_len = 0;
-  uint64_t tx_bad_desc = 0, tx_kick_errors = 0;
+  uint64_t tx_bad_desc = 0, tx_kick_again = 0, tx_kick_errors = 0;
 };
 
 namespace {
@@ -391,9 +391,14 @@ uint32_t AfXdpWire::send(uint32_t q, const Buf* bufs, uint32_t n) {
   // Copy mode sends in sendto() itself (up to kTxBudget descriptors); zero-copy drivers
   // kick when they ask. Also with nothing queued now: descriptors a busy kernel left.
   if (n && (!x.zero_copy || xsk_ring_prod__needs_wakeup(&x.tx)) &&
-      sendto(x.fd, nullptr, 0, MSG_DONTWAIT, nullptr, 0) < 0 && errno != EAGAIN && errno != EBUSY &&
-      errno != ENOBUFS) {
-    bump(x.tx_kick_errors);  // ENETDOWN: the interface is down; the frames wait in the ring
+      sendto(x.fd, nullptr, 0, MSG_DONTWAIT, nullptr, 0) < 0) {
+    // EAGAIN: more than the budget, or the driver busy; ENETDOWN: the interface is down.
+    // Either way the frames wait in the ring for the next kick.
+    if (errno == EAGAIN) {
+      bump(x.tx_kick_again);
+    } else if (errno != EBUSY && errno != ENOBUFS) {
+      bump(x.tx_kick_errors);
+    }
   }
   return queued;
 }
@@ -401,7 +406,7 @@ uint32_t AfXdpWire::send(uint32_t q, const Buf* bufs, uint32_t n) {
 void AfXdpWire::counters(DeviceCounters* out) const {
   xdp_statistics sum{};
   uint64_t rx_truncated = 0, rx_bad_desc = 0, tx_ring_full = 0, tx_bad_len = 0;
-  uint64_t tx_bad_desc = 0, tx_kick_errors = 0;
+  uint64_t tx_bad_desc = 0, tx_kick_again = 0, tx_kick_errors = 0;
   for (uint32_t q = 0; qs_ && q < nq_; ++q) {
     const Queue& x = qs_[q];
     xdp_statistics st{};
@@ -419,6 +424,7 @@ void AfXdpWire::counters(DeviceCounters* out) const {
     tx_ring_full += peek(x.tx_ring_full);
     tx_bad_len += peek(x.tx_bad_len);
     tx_bad_desc += peek(x.tx_bad_desc);
+    tx_kick_again += peek(x.tx_kick_again);
     tx_kick_errors += peek(x.tx_kick_errors);
   }
   out->emplace_back("rx_dropped", sum.rx_dropped);
@@ -432,6 +438,7 @@ void AfXdpWire::counters(DeviceCounters* out) const {
   out->emplace_back("tx_ring_full", tx_ring_full);
   out->emplace_back("tx_bad_len", tx_bad_len);
   out->emplace_back("tx_bad_desc", tx_bad_desc);
+  out->emplace_back("tx_kick_again", tx_kick_again);
   out->emplace_back("tx_kick_errors", tx_kick_errors);
 }
 

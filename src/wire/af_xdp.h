@@ -51,7 +51,8 @@ class AfXdpWire final : public Wire {
   /// XDP_STATISTICS summed over the queues (rx_dropped, rx_invalid_descs, tx_invalid_descs,
   /// rx_ring_full, rx_fill_ring_empty_descs, tx_ring_empty_descs: the kernel's names), then
   /// ours: rx_truncated, rx_bad_desc, tx_ring_full, tx_bad_len, tx_bad_desc (a completion
-  /// outside our transmit chunks), tx_kick_errors (sendto() failed but for EAGAIN, EBUSY,
+  /// outside our transmit chunks), tx_kick_again (sendto() left descriptors queued: EAGAIN,
+  /// past kTxBudget or a busy driver), tx_kick_errors (it failed but for EAGAIN, EBUSY,
   /// ENOBUFS).
   void counters(DeviceCounters* out) const override;
 
@@ -76,7 +77,7 @@ class AfXdpWire final : public Wire {
   static constexpr uint32_t kRxHeadroom = 256;
   /// Descriptors one copy-mode sendto() may send (XDP_MAX_TX_SKB_BUDGET, Linux 6.17; the
   /// kernel's default, and older kernels' limit, is 32): the rest of a batch stays queued
-  /// until the next send().
+  /// until the next send() (tx_kick_again).
   static constexpr uint32_t kTxBudget = 256;
 
  private:
