@@ -9,6 +9,8 @@ PKGS=(
   # libraries
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  # AF_XDP wires (libxdp's xsk API, its default program); xdp-loader and xdpdump to look
+  libxdp-dev libbpf-dev xdp-tools
   # sanitizer and fuzzing runtime for clang
   libclang-rt-14-dev
   # real peers and guests for interop tests and benchmarks
