@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "wire/dpdk_eal.h"
+#include "wire/netdev.h"
 
 namespace vl::wire {
 
@@ -37,6 +38,15 @@ bool is_pci(const std::string& name) {
   return std::all_of(name.begin(), name.end(), [](char c) {
     return std::isxdigit(static_cast<unsigned char>(c)) || c == ':' || c == '.';
   });
+}
+
+/// The value of `key=` in DEVARGS ("net_af_xdp0,iface=eth1": iface is eth1), or "".
+std::string kvarg(const std::string& devargs, const std::string& key) {
+  const std::string k = "," + key + "=";
+  const size_t at = devargs.find(k);
+  if (at == std::string::npos) return {};
+  const size_t from = at + k.size();
+  return devargs.substr(from, devargs.find(',', from) - from);
 }
 
 std::string dpdk_error(int r) { return rte_strerror(r < 0 ? -r : r); }
@@ -158,9 +168,18 @@ bool DpdkWire::configure(std::string* err) {
     conf.rx_adv_conf.rss_conf.rss_hf =
         (RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP | RTE_ETH_RSS_UDP) & di.flow_type_rss_offloads;
   }
-  // rte_eth_dev_configure sets the MTU to rxmode.mtu (1500 when 0): keep the device's.
+  // rte_eth_dev_configure sets the MTU to rxmode.mtu (1500 when 0): keep the device's. A
+  // vdev on a kernel interface does not tell ethdev that interface's MTU: the kernel's, as
+  // far as the driver carries it (max_mtu, and max_rx_pktlen less Ethernet header and CRC:
+  // 1500 for af_packet).
   uint16_t mtu = 0;
-  if (rte_eth_dev_get_mtu(port, &mtu) == 0) conf.rxmode.mtu = mtu;
+  rte_eth_dev_get_mtu(port, &mtu);
+  const uint32_t top = std::min<uint32_t>(
+      di.max_mtu, di.max_rx_pktlen > 18 ? di.max_rx_pktlen - 18 : di.max_mtu);
+  if (const uint32_t k = if_mtu(kvarg(devargs_, "iface")); k && di.min_mtu <= top) {
+    mtu = static_cast<uint16_t>(std::clamp<uint32_t>(k, di.min_mtu, top));
+  }
+  conf.rxmode.mtu = mtu;
   const auto q = static_cast<uint16_t>(opt_.queues);
   if (const int r = rte_eth_dev_configure(port, q, q, &conf); r != 0) {
     fail(err, fmt::format("rte_eth_dev_configure: {}", dpdk_error(r)));

@@ -23,7 +23,9 @@ class DpdkWire final : public Wire {
     uint32_t queues = 1;      ///< receive/transmit queue pairs (RSS spreads receive when > 1)
     uint32_t rx_desc = 1024;  ///< descriptors per receive queue (the device may adjust them)
     uint32_t tx_desc = 1024;  ///< descriptors per transmit queue
-    uint32_t mtu = 0;         ///< bytes of L3 payload to set; 0: keep the device's
+    /// Bytes of L3 payload to set (rte_eth_dev_set_mtu); 0: keep the device's (for a vdev
+    /// on a kernel interface, iface=, that interface's, as far as the driver carries it).
+    uint32_t mtu = 0;
   };
   explicit DpdkWire(std::string devargs) : DpdkWire(std::move(devargs), Options{}) {}
   DpdkWire(std::string devargs, Options opt) : devargs_(std::move(devargs)), opt_(opt) {}

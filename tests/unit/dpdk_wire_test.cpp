@@ -29,6 +29,7 @@
 #include "util/fd.h"
 #include "wire/dpdk.h"
 #include "wire/dpdk_eal.h"
+#include "wire/netdev.h"
 
 // LeakSanitizer (sanitizer builds): DPDK 22.11's af_xdp driver (Debian 22.11.11) does not
 // delete its libxdp umem when the port closes (xsk_umem__delete is never reached: the
@@ -347,6 +348,31 @@ void both_ways(const std::string& devargs) {
 TEST(DpdkWire, AfPacketVdevOnAVethPairBothWays) { both_ways("net_af_packet0,iface=vl-dpA"); }
 
 TEST(DpdkWire, AfXdpVdevOnAVethPairBothWays) { both_ways("net_af_xdp0,iface=vl-dpA"); }
+
+TEST(DpdkWire, KernelVdevTakesTheInterfaceMtuOrSetsIt) {
+  std::string err;
+  ASSERT_TRUE(eal_init({}, &err)) << err;
+  VethNetns ns;
+  if (!ns.why().empty()) GTEST_SKIP() << ns.why();
+  ASSERT_EQ(std::system("ip link set vl-dpA mtu 1400"), 0);
+  {
+    DpdkWire w("net_af_packet0,iface=vl-dpA");
+    ASSERT_TRUE(w.open(&err)) << err;
+    EXPECT_EQ(w.info().mtu, 1400u);  // the kernel's, not ethdev's default 1500
+  }
+  {
+    DpdkWire::Options opt;
+    opt.mtu = 1280;
+    DpdkWire w("net_af_packet0,iface=vl-dpA", opt);
+    ASSERT_TRUE(w.open(&err)) << err;
+    EXPECT_EQ(w.info().mtu, 1280u);
+    EXPECT_EQ(if_mtu("vl-dpA"), 1280u);  // the driver set the interface's
+  }
+  ASSERT_EQ(std::system("ip link set vl-dpA mtu 9000"), 0);
+  DpdkWire w("net_af_packet0,iface=vl-dpA");
+  ASSERT_TRUE(w.open(&err)) << err;
+  EXPECT_EQ(w.info().mtu, 1500u);  // what net_af_packet carries (max_rx_pktlen 1518)
+}
 
 /// The death test's child: exits 0 when a failed EAL initialisation is reported by both
 /// opens, the second without a second rte_eal_init (the same message).
