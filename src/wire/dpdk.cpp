@@ -167,6 +167,9 @@ bool DpdkWire::configure(std::string* err) {
     conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
     conf.rx_adv_conf.rss_conf.rss_hf =
         (RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP | RTE_ETH_RSS_UDP) & di.flow_type_rss_offloads;
+  } else if (opt_.queues > 1) {
+    spdlog::info("dpdk {}: no RSS ({}): the driver decides which queue receives", devargs_,
+                 di.driver_name);
   }
   // rte_eth_dev_configure sets the MTU to rxmode.mtu (1500 when 0): keep the device's. A
   // vdev on a kernel interface does not tell ethdev that interface's MTU: the kernel's, as
