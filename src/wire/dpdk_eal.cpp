@@ -9,6 +9,7 @@
 #include <rte_lcore.h>
 #include <rte_log.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -137,23 +138,28 @@ bool set_eal_extra_args(std::vector<std::string> args) {
 bool eal_init(const std::vector<std::string>& pci, std::string* err) {
   Eal& e = eal();
   std::lock_guard lock(e.mu);
+  for (const auto& p : pci) {
+    if (!is_pci(p)) {
+      *err = fmt::format("EAL: {} is not a PCI address", p);
+      return false;
+    }
+  }
+  if (e.state == State::kUp && !pci.empty() &&
+      std::find(e.args.begin(), e.args.end(), "--no-pci") != e.args.end()) {
+    *err = "EAL runs without PCI (--no-pci: the first dpdk port was a virtual device); "
+           "open PCI ports first";
+    return false;
+  }
   if (e.state == State::kUp) return true;
   if (e.state == State::kFailed) {
     *err = e.error;
     return false;
   }
   e.state = State::kFailed;  // whatever happens below, rte_eal_init is not called again
-  for (const auto& p : pci) {
-    if (!is_pci(p)) {
-      e.error = fmt::format("dpdk: EAL: {} is not a PCI address", p);
-      *err = e.error;
-      return false;
-    }
-  }
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   if (int r = pthread_getaffinity_np(pthread_self(), sizeof allowed, &allowed); r != 0) {
-    e.error = fmt::format("dpdk: EAL: pthread_getaffinity_np: {}", std::strerror(r));
+    e.error = fmt::format("EAL: pthread_getaffinity_np: {}", std::strerror(r));
     *err = e.error;
     return false;
   }
@@ -167,7 +173,7 @@ bool eal_init(const std::vector<std::string>& pci, std::string* err) {
   // rte_eal_init pinned this thread to lcore 0's CPUs: give it back what it had.
   pthread_setaffinity_np(pthread_self(), sizeof allowed, &allowed);
   if (r < 0) {
-    e.error = fmt::format("dpdk: EAL initialisation failed: {} (arguments: {})",
+    e.error = fmt::format("EAL initialisation failed: {} (arguments: {})",
                           rte_strerror(eal_errno), fmt::join(e.args, " "));
     *err = e.error;
     return false;

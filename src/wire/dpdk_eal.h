@@ -14,7 +14,8 @@ namespace vl::wire {
 bool set_eal_extra_args(std::vector<std::string> args);
 
 /// Initialises EAL if it is not yet (thread-safe; the control thread calls it). `pci`: PCI
-/// addresses to allow (`-a`); none: `--no-pci`. The calling thread keeps its CPU affinity.
+/// addresses to allow (`-a`); none: `--no-pci`, and later PCI devices are refused. The
+/// calling thread keeps its CPU affinity.
 /// rte_eal_init runs at most once per process, even after a failure: a failed one is
 /// reported again (the same message) by every later call. False with `*err`.
 bool eal_init(const std::vector<std::string>& pci, std::string* err);

@@ -200,6 +200,11 @@ TEST(DpdkWire, BadDevargsFailOpenWithAMessage) {
   DpdkWire noiface("net_af_packet9,iface=vl-no-such0");
   EXPECT_FALSE(noiface.open(&err));
   EXPECT_NE(err.find("net_af_packet9"), std::string::npos) << err;
+  // EAL runs with --no-pci here (its first port was a vdev): a PCI device is refused, clearly.
+  DpdkWire pci("0000:00:1f.6");
+  err.clear();
+  EXPECT_FALSE(pci.open(&err));
+  EXPECT_NE(err.find("--no-pci"), std::string::npos) << err;
   DpdkWire::Options opt;
   opt.queues = 4096;  // more than net_null has
   DpdkWire many("net_null2", opt);
