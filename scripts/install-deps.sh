@@ -11,10 +11,13 @@ PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # AF_XDP wires (libxdp's xsk API, its default program); xdp-loader and xdpdump to look
   libxdp-dev libbpf-dev xdp-tools
+  # the dpdk wire (src/wire/dpdk.cpp): libdpdk to build; the dpdk package's driver plugins
+  # (EAL loads them at run time), and testpmd as a peer for interop tests and benchmarks
+  dpdk dpdk-dev
   # sanitizer and fuzzing runtime for clang
   libclang-rt-14-dev
   # real peers and guests for interop tests and benchmarks
-  dpdk dpdk-dev qemu-system-x86 busybox-static cpio kmod iperf3 iputils-ping iproute2 procps psmisc
+  qemu-system-x86 busybox-static cpio kmod iperf3 iputils-ping iproute2 procps psmisc
   # bench tcp: offloads off on the native veth pair; the guest's ethtool -L (multiqueue test)
   ethtool
   # guest image: the uncompressed vmlinux for the faster PVH boot (build-guest.sh)
