@@ -4,6 +4,7 @@
 #include "app/switch.h"
 #include "cli/commands.h"
 #include "util/cpuset.h"
+#include "wire/dpdk_eal.h"
 
 namespace vl::cli {
 
@@ -23,6 +24,10 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
                 "NAME:KEY=VALUE, one of a port's settings (repeat): vlan=N (an access port of "
                 "VLAN N, untagged), trunks=LIST (a trunk of the VLANs in LIST, e.g. 10,20-30, "
                 "tagged), native_vlan=N (a trunk's untagged VLAN)");
+  s->add_option("--dpdk-extra", a.dpdk_extra,
+                "extra EAL arguments for dpdk ports, space separated (as OVS's dpdk-extra); EAL "
+                "starts only when a dpdk port opens, with --no-huge where there are no "
+                "hugepages");
   s->add_option("--forward", a.forward,
                 "bridge (MAC learning, default) or xconnect (1<->2, 3<->4, ...: an even number "
                 "of ports)")
@@ -104,6 +109,12 @@ bool load_config_and_ports(const SwitchArgs& a, app::SwitchConfig* cfg) {
       return false;
     }
     cfg->ports.push_back(*p);
+  }
+  if (!a.dpdk_extra.empty()) {
+    std::vector<std::string> args;
+    std::istringstream in(a.dpdk_extra);
+    for (std::string w; in >> w;) args.push_back(w);
+    wire::set_eal_extra_args(std::move(args));
   }
   for (const auto& set : a.port_sets) {
     const size_t colon = set.find(':'), eq = set.find('=');

@@ -12,6 +12,7 @@ struct SwitchArgs {
   std::string config;
   std::vector<std::string> ports;
   std::vector<std::string> port_sets;  ///< --port-set NAME:KEY=VALUE
+  std::string dpdk_extra;  ///< --dpdk-extra ARGS (EAL arguments, space separated)
   std::string forward;
   std::string pmd_cores;
   std::string pmd_mode;

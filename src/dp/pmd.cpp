@@ -17,6 +17,7 @@
 #include "util/log.h"
 #include "util/stall_watchdog.h"
 #include "util/thread_sched.h"
+#include "wire/dpdk_eal.h"
 
 namespace vl::dp {
 
@@ -249,6 +250,8 @@ void PmdThread::run() {
   }
   pthread_setname_np(pthread_self(), fmt::format("vl-pmd{}", index_).c_str());
   tid_.store(static_cast<int>(gettid()), std::memory_order_relaxed);
+  // With dpdk ports (EAL up: they open first), an lcore id for mempool caches (dpdk_eal.h).
+  const bool dpdk = wire::register_pmd_thread() >= 0;
   OwnWait own_wait;  // adaptive mode: the run-queue wait (0 where unreadable: then unused)
   if (opts_.mode == PmdMode::kAdaptive) {
     own_wait.open();
@@ -328,6 +331,7 @@ void PmdThread::run() {
   fw_->flush_all();  // no frame stays behind in an intermediate queue
   fw_->send_all_calls();
   send_noted_calls();
+  if (dpdk) wire::unregister_pmd_thread();
   exited_.store(true, std::memory_order_release);
 }
 

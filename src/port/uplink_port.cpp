@@ -8,6 +8,8 @@
 #include "vhost/backend.h"
 #include "virtio/virtio_defs.h"
 #include "wire/af_packet.h"
+#include "wire/af_xdp.h"
+#include "wire/dpdk.h"
 #include "wire/tap.h"
 
 namespace vl::port {
@@ -18,8 +20,14 @@ std::unique_ptr<wire::Wire> make_wire(const PortConfig& cfg) {
   switch (cfg.type) {
     case PortType::kTap: return std::make_unique<wire::TapWire>(cfg.path, cfg.offloads);
     case PortType::kAfPacket: return std::make_unique<wire::AfPacketWire>(cfg.path, cfg.offloads);
-    case PortType::kAfXdp: return nullptr;  // not built yet: start() falls back to af-packet
-    case PortType::kDpdk: return nullptr;
+    case PortType::kAfXdp: return std::make_unique<wire::AfXdpWire>(cfg.path, cfg.queues);
+    case PortType::kDpdk: {
+      wire::DpdkWire::Options o;
+      o.queues = cfg.queues;
+      o.rx_desc = o.tx_desc = std::max<uint32_t>(cfg.queue_size, 512);
+      o.mtu = cfg.mtu;
+      return std::make_unique<wire::DpdkWire>(cfg.path, o);
+    }
     case PortType::kVhostUser: return nullptr;
   }
   return nullptr;
@@ -51,8 +59,7 @@ bool UplinkPort::start(std::string* err) {
     }
     // AF_XDP cannot attach (no XDP support, no privilege, a program already there): the
     // same interface through a packet socket.
-    spdlog::warn("port {}: AF_XDP on {}: {}; using AF_PACKET instead", cfg_.name, cfg_.path,
-                 wire_ ? why : "not built into this virtlink");
+    spdlog::warn("port {}: AF_XDP on {}: {}; using AF_PACKET instead", cfg_.name, cfg_.path, why);
     wire_ = std::make_unique<wire::AfPacketWire>(cfg_.path, cfg_.offloads);
     if (!wire_->open(err)) return false;
   }

@@ -209,7 +209,10 @@ bool AfXdpWire::attach(XdpMode mode, std::string* err) {
 int AfXdpWire::make_socket(Queue& x, uint32_t q, const void* config, const char** step) {
   t_warning.clear();
   xsk_umem_config uc{};
-  uc.fill_size = kRxFrames;
+  // Twice the chunks: the kernel publishes its consumer position of the fill ring (and of
+  // the tx ring) lazily, one packet late, so a ring the size of the chunks could look full
+  // while it holds one less (a chunk then lost, its frame dropped).
+  uc.fill_size = 2 * kRxFrames;
   uc.comp_size = kTxFrames;
   uc.frame_size = kFrameSize;
   *step = "xsk_umem__create";
@@ -252,7 +255,7 @@ bool AfXdpWire::open_queue(Queue& x, uint32_t q, std::string* err) {
   madvise(m, kUmemBytes, MADV_DONTFORK);
   xsk_socket_config sc{};
   sc.rx_size = kRxFrames;
-  sc.tx_size = kTxFrames;
+  sc.tx_size = 2 * kTxFrames;  // (as the fill ring: room despite a late consumer position)
   sc.libxdp_flags = XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD;  // the program is ours
   // Native: zero-copy if the driver has it, else copy (the kernel's choice at bind).
   sc.bind_flags = XDP_USE_NEED_WAKEUP | (attached_ == XdpMode::kSkb ? XDP_COPY : 0);
@@ -334,9 +337,10 @@ uint32_t AfXdpWire::recv(uint32_t q, Buf* bufs, uint32_t n) {
       bump(x.rx_bad_desc);
       continue;
     }
-    if (len <= bufs[got].cap) {
-      std::memcpy(bufs[got].p, x.area + addr, len);
-      bufs[got++].len = len;
+    if (kHdrLen + len <= bufs[got].cap) {  // no virtio-net header on AF_XDP: zeros
+      std::memset(bufs[got].p, 0, kHdrLen);
+      std::memcpy(bufs[got].p + kHdrLen, x.area + addr, len);
+      bufs[got++].len = kHdrLen + len;
     } else {
       bump(x.rx_truncated);
     }
@@ -369,7 +373,7 @@ uint32_t AfXdpWire::send(uint32_t q, const Buf* bufs, uint32_t n) {
   if (c) xsk_ring_cons__release(&x.comp, c);
   uint32_t queued = 0;
   for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t len = bufs[i].len;
+    const uint32_t len = bufs[i].len > kHdrLen ? bufs[i].len - kHdrLen : 0;  // the frame
     if (!len || len > kFrameSize) {
       bump(x.tx_bad_len);
       continue;
@@ -380,7 +384,7 @@ uint32_t AfXdpWire::send(uint32_t q, const Buf* bufs, uint32_t n) {
       break;
     }
     const uint64_t chunk = x.free_tx[--x.nfree];
-    std::memcpy(x.area + chunk, bufs[i].p, len);
+    std::memcpy(x.area + chunk, bufs[i].p + kHdrLen, len);
     xdp_desc* d = xsk_ring_prod__tx_desc(&x.tx, ti);
     d->addr = chunk;
     d->len = len;

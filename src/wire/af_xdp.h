@@ -66,8 +66,9 @@ class AfXdpWire final : public Wire {
   /// UMEM geometry, per queue: kFrames frames of kFrameSize bytes (aligned chunks, 16 MiB
   /// the kernel pins: RLIMIT_MEMLOCK without CAP_IPC_LOCK), the first kRxFrames for
   /// receiving (each in the fill ring, the kernel's hands or the rx ring), the others for
-  /// sending. Ring sizes follow: fill and rx kRxFrames, tx and completion kTxFrames, so a
-  /// ring never lacks room for a chunk we hold.
+  /// sending. Ring sizes follow: rx kRxFrames, completion kTxFrames, fill and tx twice that
+  /// (the kernel shows its consumer position late), so a ring never lacks room for a chunk
+  /// we hold.
   static constexpr uint32_t kFrameSize = 4096;
   static constexpr uint32_t kRxFrames = 2048;
   static constexpr uint32_t kTxFrames = 2048;

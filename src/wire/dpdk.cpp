@@ -296,18 +296,19 @@ uint32_t DpdkWire::recv(uint32_t q, Buf* bufs, uint32_t n) {
     for (uint16_t i = 0; i < k; ++i) {
       Buf& b = bufs[got];
       const uint32_t len = m[i]->pkt_len;
-      if (len > b.cap) {
+      if (kHdrLen + len > b.cap) {
         bump(qc_[q].rx_truncated);
         continue;
       }
+      std::memset(b.p, 0, kHdrLen);  // no offloads yet: a plain virtio-net header
       // A frame may span several segments (scattered receive): copy each in turn.
       uint32_t off = 0;
       for (const rte_mbuf* s = m[i]; s && off < len; s = s->next) {
         const uint32_t c = std::min<uint32_t>(s->data_len, len - off);
-        std::memcpy(b.p + off, rte_pktmbuf_mtod(s, const uint8_t*), c);
+        std::memcpy(b.p + kHdrLen + off, rte_pktmbuf_mtod(s, const uint8_t*), c);
         off += c;
       }
-      b.len = off;
+      b.len = kHdrLen + off;
       ++got;
     }
     if (k) rte_pktmbuf_free_bulk(m, k);
@@ -329,14 +330,15 @@ uint32_t DpdkWire::send(uint32_t q, const Buf* bufs, uint32_t n) {
     uint32_t j = 0;  // mbufs filled, in the order of the frames
     for (uint32_t f = 0; f < k; ++f) {
       const Buf& b = bufs[i + f];
-      if (b.len > room_) {
+      const uint32_t len = b.len > kHdrLen ? b.len - kHdrLen : 0;  // the frame after the header
+      if (len > room_ || len == 0) {
         bump(c.tx_oversize);
         continue;
       }
       rte_mbuf* x = m[j++];
-      std::memcpy(rte_pktmbuf_mtod(x, uint8_t*), b.p, b.len);
-      x->data_len = static_cast<uint16_t>(b.len);
-      x->pkt_len = b.len;
+      std::memcpy(rte_pktmbuf_mtod(x, uint8_t*), b.p + kHdrLen, len);
+      x->data_len = static_cast<uint16_t>(len);
+      x->pkt_len = len;
     }
     if (j < k) rte_pktmbuf_free_bulk(m + j, k - j);
     const uint16_t t = rte_eth_tx_burst(static_cast<uint16_t>(port_), static_cast<uint16_t>(q),

@@ -132,8 +132,11 @@ std::vector<Bytes> wire_recv(AfXdpWire& w, size_t want, uint32_t cap = 2048, int
   while (got.size() < want && std::chrono::steady_clock::now() < end) {
     for (uint32_t i = 0; i < kBatch; ++i) bufs[i] = {mem.data() + size_t{i} * cap, cap, 0};
     const uint32_t n = w.recv(q, bufs, kBatch);
-    for (uint32_t i = 0; i < n; ++i) {
-      if (ours(bufs[i].p, bufs[i].len)) got.emplace_back(bufs[i].p, bufs[i].p + bufs[i].len);
+    for (uint32_t i = 0; i < n; ++i) {  // each the header (zeros: no offloads), the frame
+      const uint8_t* f = bufs[i].p + kHdrLen;
+      const uint32_t len = bufs[i].len - kHdrLen;
+      EXPECT_EQ(Bytes(static_cast<const uint8_t*>(bufs[i].p), f), Bytes(kHdrLen, 0));
+      if (ours(f, len)) got.emplace_back(f, f + len);
     }
     if (!n) {
       pollfd p{w.rx_fd(q), POLLIN, 0};
@@ -144,11 +147,14 @@ std::vector<Bytes> wire_recv(AfXdpWire& w, size_t want, uint32_t cap = 2048, int
 }
 
 uint32_t wire_send(AfXdpWire& w, const std::vector<Bytes>& frames) {
-  std::vector<Buf> bufs;
+  std::vector<Bytes> with_hdr;  // each buffer: the header, then the frame
   for (const Bytes& f : frames) {
-    bufs.push_back({const_cast<uint8_t*>(f.data()), static_cast<uint32_t>(f.size()),
-                    static_cast<uint32_t>(f.size())});
+    with_hdr.emplace_back(kHdrLen, 0);
+    with_hdr.back().insert(with_hdr.back().end(), f.begin(), f.end());
   }
+  std::vector<Buf> bufs;
+  for (Bytes& b : with_hdr)
+    bufs.push_back({b.data(), static_cast<uint32_t>(b.size()), static_cast<uint32_t>(b.size())});
   return w.send(0, bufs.data(), static_cast<uint32_t>(bufs.size()));
 }
 

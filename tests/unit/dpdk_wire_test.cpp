@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -90,9 +91,13 @@ std::vector<uint8_t> frame(uint32_t len, uint8_t tag) {
   return f;
 }
 
-Buf as_buf(std::vector<uint8_t>& f) {
-  const auto n = static_cast<uint32_t>(f.size());
-  return {f.data(), n, n};
+/// A send buffer for frame `f`: the virtio-net header (zeros), then the frame (wire.h).
+Buf as_buf(const std::vector<uint8_t>& f) {
+  static std::deque<std::vector<uint8_t>> store;  // stable addresses for the test's life
+  store.emplace_back(kHdrLen, 0);
+  store.back().insert(store.back().end(), f.begin(), f.end());
+  const auto n = static_cast<uint32_t>(store.back().size());
+  return {store.back().data(), n, n};
 }
 
 bool ours(const uint8_t* p, size_t len) {
@@ -141,7 +146,7 @@ TEST(DpdkWire, NullDeviceOpensSendsReceivesAndCounts) {
   std::vector<Buf> in;
   for (auto& s : store) in.push_back({s.data(), 2048, 0});
   EXPECT_EQ(w.recv(0, in.data(), 16), 16u);
-  for (const Buf& b : in) EXPECT_EQ(b.len, 64u);
+  for (const Buf& b : in) EXPECT_EQ(b.len, kHdrLen + 64u);
   EXPECT_GE(counter(w, "eth_rx_packets"), 16u);
 
   // A buffer too small: the frame is counted, not returned.
@@ -169,7 +174,7 @@ TEST(DpdkWire, QueuesReopenAndOneOwnerPerDevice) {
   ASSERT_TRUE(w.open(&err)) << err;
   EXPECT_EQ(w.info().queues, 2u);
   std::vector<uint8_t> f = frame(100, 1);
-  Buf b{f.data(), 100, 100};
+  Buf b = as_buf(f);
   EXPECT_EQ(w.send(1, &b, 1), 1u);
   EXPECT_EQ(counter(w, "eth_tx_packets"), 1u);
 
@@ -186,7 +191,7 @@ TEST(DpdkWire, QueuesReopenAndOneOwnerPerDevice) {
   std::vector<uint8_t> s(2048);
   Buf in{s.data(), 2048, 0};
   EXPECT_EQ(again.recv(0, &in, 1), 1u);
-  EXPECT_EQ(in.len, 128u);
+  EXPECT_EQ(in.len, kHdrLen + 128u);
   EXPECT_EQ(counter(again, "eth_tx_packets"), 0u);  // a new device, new statistics
 }
 
@@ -226,7 +231,7 @@ TEST(DpdkWire, PmdThreadGetsAnLcore) {
     id = register_pmd_thread();
     again = register_pmd_thread();
     std::vector<uint8_t> f = frame(64, 3);
-    std::vector<Buf> b(64, Buf{f.data(), 64, 64});
+    std::vector<Buf> b(64, as_buf(f));
     sent = w.send(0, b.data(), 64);  // mbufs through this thread's mempool cache
     unregister_pmd_thread();
   });
@@ -308,7 +313,7 @@ std::vector<std::vector<uint8_t>> read_wire(Wire& w, size_t want) {
   while (got.size() < want && std::chrono::steady_clock::now() < end) {
     const uint32_t n = w.recv(0, in.data(), 32);
     for (uint32_t i = 0; i < n; ++i) {
-      if (ours(in[i].p, in[i].len)) got.emplace_back(in[i].p, in[i].p + in[i].len);
+      if (ours(in[i].p + kHdrLen, in[i].len - kHdrLen)) got.emplace_back(in[i].p + kHdrLen, in[i].p + in[i].len);
     }
     if (!n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
