@@ -250,8 +250,7 @@ void PmdThread::run() {
   }
   pthread_setname_np(pthread_self(), fmt::format("vl-pmd{}", index_).c_str());
   tid_.store(static_cast<int>(gettid()), std::memory_order_relaxed);
-  // With dpdk ports (EAL up: they open first), an lcore id for mempool caches (dpdk_eal.h).
-  const bool dpdk = wire::register_pmd_thread() >= 0;
+  const bool dpdk = wire::register_pmd_thread() >= 0;  // an lcore with dpdk ports (dpdk_eal.h)
   OwnWait own_wait;  // adaptive mode: the run-queue wait (0 where unreadable: then unused)
   if (opts_.mode == PmdMode::kAdaptive) {
     own_wait.open();
