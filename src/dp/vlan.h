@@ -27,7 +27,7 @@ struct PortVlan {
     switch (mode) {
       case Mode::kAll: return true;
       case Mode::kAccess: return v == tag;
-      case Mode::kTrunk: return v == native || ((allowed[v >> 6] >> (v & 63)) & 1);
+      case Mode::kTrunk: return (native && v == native) || ((allowed[v >> 6] >> (v & 63)) & 1);
     }
     return false;
   }

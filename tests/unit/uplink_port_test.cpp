@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -67,41 +68,59 @@ class FakeWire final : public wire::Wire {
   wire::WireInfo info_;
 };
 
-/// Two uplinks, cross-connected, one forwarder, no PMD threads.
+/// Uplinks on fake wires (two cross-connected by default, or bridged), one forwarder, no
+/// PMD threads. `vlan(i, cfg)` may set port i's VLAN settings.
 struct UplinkRig {
   FakeQuiescer quiescer{1};
   dp::Fdb fdb{1024};
   dp::SwitchTables tables;
-  FakeWire* wire[2];
-  std::unique_ptr<port::UplinkPort> up[2];
+  std::vector<FakeWire*> wire;
+  std::vector<std::unique_ptr<port::UplinkPort>> up;
   std::unique_ptr<dp::Forwarder> fw;
 
-  UplinkRig(bool offloads_a, bool offloads_b) {
-    tables.mode = dp::ForwardMode::kXconnect;
+  UplinkRig(bool offloads_a, bool offloads_b) : UplinkRig({offloads_a, offloads_b}, dp::ForwardMode::kXconnect) {}
+  UplinkRig(std::vector<bool> offloads, dp::ForwardMode mode,
+            const std::function<void(uint32_t, port::PortConfig&)>& vlan = {}) {
+    tables.mode = mode;
     tables.fdb = &fdb;
-    const bool off[2] = {offloads_a, offloads_b};
-    for (uint32_t i = 0; i < 2; ++i) {
+    const uint32_t n = static_cast<uint32_t>(offloads.size());
+    for (uint32_t i = 0; i < n; ++i) {
       port::PortConfig c;
-      c.name = i ? "b" : "a";
+      c.name = std::string(1, static_cast<char>('a' + i));
       c.type = port::PortType::kAfPacket;
       c.path = "fake0";
-      auto w = std::make_unique<FakeWire>(off[i]);
-      wire[i] = w.get();
-      up[i] = std::make_unique<port::UplinkPort>(i, c, std::move(w), &quiescer);
+      if (vlan) vlan(i, c);
+      dp::PortVlan& v = tables.vlan[i];
+      if (c.vlan) {
+        v.mode = dp::PortVlan::Mode::kAccess;
+        v.tag = c.vlan;
+      } else if (!c.trunks.empty()) {
+        v.mode = dp::PortVlan::Mode::kTrunk;
+        v.native = c.native_vlan;
+        for (const uint16_t t : c.trunks) v.allow(t);
+      }
+      tables.vlans |= v.mode != dp::PortVlan::Mode::kAll;
+      auto w = std::make_unique<FakeWire>(offloads[i]);
+      wire.push_back(w.get());
+      up.push_back(std::make_unique<port::UplinkPort>(i, c, std::move(w), &quiescer));
       std::string err;
       EXPECT_TRUE(up[i]->start(&err)) << err;
       tables.ports[i] = up[i].get();
+      tables.xc_peer[i] = i ^ 1;
     }
-    tables.nports = 2;
-    tables.xc_peer[0] = 1;
-    tables.xc_peer[1] = 0;
+    tables.nports = n;
     fw = std::make_unique<dp::Forwarder>(&tables);
   }
-  /// Polls port a until its wire has nothing left.
+  /// Polls every port until no wire has anything left.
   void run() {
-    for (int i = 0; i < 10000 && (!wire[0]->inbox.empty() || fw->holding()); ++i) {
-      fw->poll(0);
+    for (int i = 0; i < 10000; ++i) {
+      bool any = fw->holding();
+      for (uint32_t p = 0; p < wire.size(); ++p) {
+        any |= !wire[p]->inbox.empty();
+        fw->poll(p);
+      }
       fw->end_pass();
+      if (!any) break;
     }
     fw->flush_all();
   }
@@ -217,6 +236,112 @@ TEST(UplinkPort, StartReportsTheWireAndItsFeatures) {
   r.up[0]->stop();
   EXPECT_STREQ(r.up[0]->state(), "down");
   EXPECT_FALSE(r.up[0]->active());
+}
+
+/// A frame from `src` to `dst` (last octets of 52:54:00:00:00:xx), tagged with `vid` if
+/// it is not 0, of `len` bytes before the tag.
+Bytes mac_frame(uint8_t dst, uint8_t src, uint16_t vid = 0, size_t len = 100) {
+  Bytes f = eth_frame(len, src);
+  f[5] = dst;
+  if (dst == 0xff) std::fill(f.begin(), f.begin() + 6, 0xff);
+  f[11] = src;
+  if (vid) f.insert(f.begin() + 12, {0x81, 0x00, static_cast<uint8_t>(vid >> 8), static_cast<uint8_t>(vid)});
+  return f;
+}
+/// The frames a wire sent, without their headers.
+std::vector<Bytes> frames_sent(FakeWire* w) {
+  std::vector<Bytes> out;
+  for (const Bytes& b : w->sent) out.emplace_back(b.begin() + wire::kHdrLen, b.end());
+  w->sent.clear();
+  return out;
+}
+uint64_t vlan_drops(const UplinkRig& r, uint32_t p) {
+  return r.counters(p).drops[static_cast<uint32_t>(port::Drop::kVlanNotAllowed)];
+}
+
+/// a: access VLAN 10, b: access VLAN 20, t: trunk of 10 and 20, c: every VLAN (no settings).
+UplinkRig vlan_rig(bool offloads = false) {
+  return UplinkRig({offloads, offloads, offloads, offloads}, dp::ForwardMode::kBridge,
+                   [](uint32_t i, port::PortConfig& c) {
+                     if (i == 0) c.vlan = 10;
+                     if (i == 1) c.vlan = 20;
+                     if (i == 2) c.trunks = {10, 20};
+                   });
+}
+
+TEST(UplinkVlan, AccessFramesLeaveTrunksTaggedAndStayInTheirVlan) {
+  UplinkRig r = vlan_rig();
+  r.wire[0]->receive(mac_frame(0xff, 1));  // a broadcast in VLAN 10
+  r.run();
+  EXPECT_EQ(frames_sent(r.wire[2]), std::vector<Bytes>{mac_frame(0xff, 1, 10)});
+  EXPECT_TRUE(r.wire[1]->sent.empty());  // VLAN 20: nothing
+  // c carries every VLAN: tagged, as it would have come from a trunk.
+  EXPECT_EQ(frames_sent(r.wire[3]), std::vector<Bytes>{mac_frame(0xff, 1, 10)});
+  // From the trunk, tagged 20: untagged to b only.
+  r.wire[2]->receive(mac_frame(0xff, 2, 20));
+  r.run();
+  EXPECT_EQ(frames_sent(r.wire[1]), std::vector<Bytes>{mac_frame(0xff, 2)});
+  EXPECT_EQ(frames_sent(r.wire[3]), std::vector<Bytes>{mac_frame(0xff, 2, 20)});
+  EXPECT_TRUE(r.wire[0]->sent.empty());
+  // A VLAN the trunk does not carry, an untagged frame on it (no native VLAN), a tagged
+  // frame on an access port: each dropped and counted on its ingress port.
+  r.wire[2]->receive(mac_frame(0xff, 2, 30));
+  r.wire[2]->receive(mac_frame(0xff, 2));
+  r.wire[0]->receive(mac_frame(0xff, 1, 10));
+  r.run();
+  EXPECT_EQ(vlan_drops(r, 2), 2u);
+  EXPECT_EQ(vlan_drops(r, 0), 1u);
+  for (FakeWire* w : r.wire) EXPECT_TRUE(w->sent.empty());
+}
+
+TEST(UplinkVlan, PortsOfEveryVlanKeepTagsAndCarryUntaggedFramesInVlanZero) {
+  UplinkRig r = vlan_rig();
+  r.wire[3]->receive(mac_frame(0xff, 4, 10));  // c, tagged 10: to a (untagged), t (tagged)
+  r.wire[3]->receive(mac_frame(0xff, 4));      // c, untagged: VLAN 0, which no other port carries
+  r.run();
+  EXPECT_EQ(frames_sent(r.wire[0]), std::vector<Bytes>{mac_frame(0xff, 4)});
+  EXPECT_EQ(frames_sent(r.wire[2]), std::vector<Bytes>{mac_frame(0xff, 4, 10)});
+  EXPECT_TRUE(r.wire[1]->sent.empty());
+  r.wire[0]->receive(mac_frame(0xff, 1));  // a's broadcast reaches c tagged 10
+  r.run();
+  EXPECT_EQ(frames_sent(r.wire[3]), std::vector<Bytes>{mac_frame(0xff, 1, 10)});
+}
+
+TEST(UplinkVlan, TheMacTableIsKeyedByVlanAndMac) {
+  UplinkRig r = vlan_rig();
+  // The same MAC (5) on a in VLAN 10 and on b in VLAN 20.
+  r.wire[0]->receive(mac_frame(0xff, 5));
+  r.wire[1]->receive(mac_frame(0xff, 5));
+  r.run();
+  for (FakeWire* w : r.wire) w->sent.clear();
+  // Unicast to 5 from the trunk, in each VLAN: to its own port only, untagged.
+  r.wire[2]->receive(mac_frame(5, 9, 10));
+  r.wire[2]->receive(mac_frame(5, 9, 20));
+  r.run();
+  EXPECT_EQ(frames_sent(r.wire[0]), std::vector<Bytes>{mac_frame(5, 9)});
+  EXPECT_EQ(frames_sent(r.wire[1]), std::vector<Bytes>{mac_frame(5, 9)});
+  EXPECT_TRUE(r.wire[3]->sent.empty());  // known in both VLANs: not flooded
+  EXPECT_EQ(r.fdb.lookup(dp::vlan_key(dp::mac_from_bytes(mac_frame(5, 0).data() + 0), 10)), 0u);
+}
+
+TEST(UplinkVlan, AddingATagMovesTheOffloadOffsetsOfAWholeTsoFrame) {
+  UplinkRig r = vlan_rig(true);
+  const ref::FrameSpec spec;
+  const ref::Built tso = ref::build(spec, ref::payload_of(8000), true);
+  const virtio::NetHdr h = ref::tso_hdr(false, 1448, tso.l4);
+  r.wire[0]->receive(tso.f, h);  // untagged TSO frame on access port a (VLAN 10)
+  r.run();
+  ASSERT_EQ(r.wire[2]->sent.size(), 1u);  // the trunk, whole
+  const Bytes& got = r.wire[2]->sent[0];
+  virtio::NetHdr out;
+  std::memcpy(&out, got.data(), sizeof out);
+  EXPECT_EQ(out.gso_type, offload::kGsoTcpV4);
+  EXPECT_EQ(out.csum_start, h.csum_start + 4);
+  EXPECT_EQ(got.size(), wire::kHdrLen + tso.f.size() + 4);
+  const Bytes f(got.begin() + wire::kHdrLen, got.end());
+  EXPECT_EQ(f[12], 0x81);
+  EXPECT_EQ(f[15], 10);
+  EXPECT_EQ(Bytes(f.begin() + 16, f.end()), Bytes(tso.f.begin() + 12, tso.f.end()));
 }
 
 }  // namespace
