@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""The README's uplink recipes, run as printed (sections "Uplinks" and "VLANs"): each
+`virtlink switch` command is taken from README.md verbatim and run, with `virtlink` on the
+PATH, in a private network namespace that has the interfaces it names (veth pairs); the
+switch must start, show every port open and carry a ping across an af-packet port, and
+exit 0 on SIGTERM.
+
+    PYTHONPATH=pylib:bench python3 tests/interop/test_readme_uplinks.py --virtlink build/virtlink [-v]
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import unittest
+
+from vltestlib import vltest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def readme_command(start):
+    """The README's command that begins with `start` (continuation lines joined)."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        lines = f.read().split("\n")
+    for i, line in enumerate(lines):
+        if line.strip().startswith(start):
+            cmd = line.strip()
+            while cmd.endswith("\\"):
+                i += 1
+                cmd = cmd[:-1] + " " + lines[i].strip()
+            return cmd
+    raise AssertionError(f"README.md has no command starting with {start!r}")
+
+
+def sh(*args, ns=None, check=True):
+    argv = (["ip", "netns", "exec", ns] if ns else []) + list(args)
+    return subprocess.run(argv, check=check, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=30)
+
+
+class ReadmeUplinks(unittest.TestCase):
+
+    def run_recipe(self, start, ifaces, ctl, checks):
+        """Runs README command `start` in a namespace with veth pairs IFACE<->IFACE-p (the
+        peer in a second namespace with 10.77.0.N/24), then `checks(ctl_json, peer_ns)`."""
+        ns, peer = f"vlrd{os.getpid()}", f"vlrp{os.getpid()}"
+        cmd = readme_command(start)
+        vltest.log(f"README command: {cmd}")
+        env = dict(os.environ, PATH=os.path.dirname(os.path.abspath(vltest.VIRTLINK)) + ":" +
+                   os.environ.get("PATH", ""))
+        for n in (ns, peer):
+            sh("ip", "netns", "add", n)
+        proc = None
+        try:
+            for n in (ns, peer):
+                sh("ip", "link", "set", "lo", "up", ns=n)
+            for k, i in enumerate(ifaces):
+                sh("ip", "link", "add", i, "type", "veth", "peer", "name", f"p{k}", ns=ns)
+                sh("ip", "link", "set", f"p{k}", "netns", peer, ns=ns)
+                # Each peer end in a namespace of its own would be truer; one is enough for
+                # the ports to open and a ping to cross one of them.
+                if k == 0:
+                    sh("ip", "addr", "add", "10.77.0.2/24", "dev", f"p{k}", ns=peer)
+                sh("ip", "link", "set", f"p{k}", "up", ns=peer)
+            proc = subprocess.Popen(["ip", "netns", "exec", ns, "sh", "-c", "exec " + cmd],
+                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True)
+            stats = None
+            for _ in range(100):
+                r = subprocess.run([vltest.VIRTLINK, "ctl", "--control", ctl, "stats", "--json"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                if r.returncode == 0:
+                    stats = json.loads(r.stdout)
+                    if all(p["state"] == "connected" for p in stats["ports"]
+                           if p["type"] not in ("vhost-user", "vhost-user-client")):
+                        break
+                if proc.poll() is not None:
+                    break
+                time.sleep(0.1)
+            self.assertIsNotNone(stats, "the switch did not answer: " + (proc.stdout.read() if proc.poll() is not None else ""))
+            checks(stats, peer, ns, ctl)
+        finally:
+            if proc:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    out, _ = proc.communicate(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    out, _ = proc.communicate()
+                vltest.log("switch output:\n" + out[-4000:])
+                self.assertEqual(proc.returncode, 0, out[-2000:])
+            for n in (ns, peer):
+                sh("ip", "netns", "del", n, check=False)
+
+    @vltest.ctest("readme_uplinks_recipe", timeout=60)
+    def test_uplinks(self):
+        def checks(stats, peer, ns, ctl):
+            by = {p["name"]: p for p in stats["ports"]}
+            self.assertEqual(by["up"]["type"], "af-packet")
+            self.assertEqual(by["up"]["state"], "connected")
+            self.assertEqual(by["host"]["type"], "tap")
+            self.assertEqual(by["host"]["state"], "connected")
+            self.assertEqual(by["vm1"]["type"], "vhost-user")
+            # The host's stack through the tap, the peer through eth1: one L2 segment.
+            sh("ip", "addr", "add", "10.77.0.1/24", "dev", "vl-host", ns=ns)
+            r = sh("ping", "-c", "3", "-i", "0.2", "-W", "2", "10.77.0.2", ns=ns, check=False)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            after = json.loads(subprocess.run([vltest.VIRTLINK, "ctl", "--control", ctl, "stats",
+                                               "--json"], stdout=subprocess.PIPE, text=True,
+                                              check=True).stdout)
+            a = {p["name"]: p for p in after["ports"]}
+            self.assertGreaterEqual(a["up"]["tx_packets"], 3)
+            self.assertGreaterEqual(a["host"]["rx_packets"], 3)
+        self.run_recipe("virtlink switch --port vm1=vhost-user:/tmp/vm1.sock --port up=af-packet:eth1",
+                        ["eth1"], "/tmp/virtlink.ctl", checks)
+
+    @vltest.ctest("readme_vlans_recipe", timeout=60)
+    def test_vlans(self):
+        ctl = "/run/virtlink/virtlink.ctl"  # the recipe gives no --control: the default
+
+        def checks(stats, peer, ns, ctl_path):
+            by = {p["name"]: p for p in stats["ports"]}
+            for n in ("t10", "t20", "up"):
+                self.assertEqual(by[n]["state"], "connected", n)
+            # A broadcast from the peer of veth10 (access VLAN 10) leaves eth1 (a trunk)
+            # tagged 10 and never reaches veth20 (VLAN 20).
+            sh("ping", "-c", "2", "-i", "0.2", "-W", "1", "-b", "10.77.0.255", ns=peer, check=False)
+            after = json.loads(subprocess.run([vltest.VIRTLINK, "ctl", "--control", ctl_path,
+                                               "stats", "--json"], stdout=subprocess.PIPE,
+                                              text=True, check=True).stdout)
+            a = {p["name"]: p for p in after["ports"]}
+            self.assertGreaterEqual(a["t10"]["rx_packets"], 2)
+            self.assertGreaterEqual(a["up"]["tx_packets"], a["t10"]["rx_packets"])
+            self.assertEqual(a["t20"]["tx_packets"], 0)
+        self.run_recipe("virtlink switch --port t10=af-packet:veth10", ["veth10", "veth20", "eth1"],
+                        ctl, checks)
+
+
+if __name__ == "__main__":
+    vltest.main(default_timeout=90)
