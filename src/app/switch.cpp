@@ -76,14 +76,7 @@ void Switch::add_ports() {
   for (uint32_t i = 0; i < cfg_.ports.size(); ++i) {
     const port::PortConfig& pc = cfg_.ports[i];
     dp::PortVlan& v = tables_.vlan[i];
-    if (pc.vlan) {
-      v.mode = dp::PortVlan::Mode::kAccess;
-      v.tag = pc.vlan;
-    } else if (!pc.trunks.empty()) {
-      v.mode = dp::PortVlan::Mode::kTrunk;
-      v.native = pc.native_vlan;
-      for (const uint16_t t : pc.trunks) v.allow(t);
-    }
+    v = dp::PortVlan::from(pc.vlan, pc.trunks, pc.native_vlan);
     if (v.mode != dp::PortVlan::Mode::kAll) tables_.vlans = true;
   }
   for (uint32_t i = 0; i + 1 < tables_.nports; i += 2) {

@@ -6,6 +6,7 @@
 // (VLAN, MAC) and confines flooding to a frame's VLAN. docs/architecture.md "VLANs".
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace vl::dp {
 
@@ -22,6 +23,20 @@ struct PortVlan {
   uint64_t allowed[64] = {};  ///< trunk: bit v: VLAN v is carried (tagged)
 
   void allow(uint16_t v) { allowed[v >> 6] |= uint64_t{1} << (v & 63); }
+  /// A port's settings (port::PortConfig vlan, trunks, native_vlan): an access port when
+  /// `access`, else a trunk when `trunks` lists VLANs, else a port of every VLAN.
+  static PortVlan from(uint16_t access, const std::vector<uint16_t>& trunks, uint16_t native) {
+    PortVlan v;
+    if (access) {
+      v.mode = Mode::kAccess;
+      v.tag = access;
+    } else if (!trunks.empty()) {
+      v.mode = Mode::kTrunk;
+      v.native = native;
+      for (const uint16_t t : trunks) v.allow(t);
+    }
+    return v;
+  }
   /// The port carries VLAN v (0: untagged frames of a port in kAll mode).
   bool carries(uint16_t v) const {
     switch (mode) {

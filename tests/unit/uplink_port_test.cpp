@@ -91,14 +91,7 @@ struct UplinkRig {
       c.path = "fake0";
       if (vlan) vlan(i, c);
       dp::PortVlan& v = tables.vlan[i];
-      if (c.vlan) {
-        v.mode = dp::PortVlan::Mode::kAccess;
-        v.tag = c.vlan;
-      } else if (!c.trunks.empty()) {
-        v.mode = dp::PortVlan::Mode::kTrunk;
-        v.native = c.native_vlan;
-        for (const uint16_t t : c.trunks) v.allow(t);
-      }
+      v = dp::PortVlan::from(c.vlan, c.trunks, c.native_vlan);
       tables.vlans |= v.mode != dp::PortVlan::Mode::kAll;
       auto w = std::make_unique<FakeWire>(offloads[i]);
       wire.push_back(w.get());
