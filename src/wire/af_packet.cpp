@@ -58,6 +58,13 @@ bool AfPacketWire::open(std::string* err) {
     return false;
   }
   ring_ = static_cast<uint8_t*>(m);
+  // Up before the bind: a socket bound to a down interface keeps ENETDOWN pending, and its
+  // first send returns it (that frame dropped).
+  if (!if_set_up(name_, err)) {
+    munmap(ring_, ring_len_);
+    ring_ = nullptr;
+    return false;
+  }
   sockaddr_ll a{};
   a.sll_family = AF_PACKET;
   a.sll_protocol = htons(ETH_P_ALL);
@@ -68,11 +75,6 @@ bool AfPacketWire::open(std::string* err) {
   if (bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
       setsockopt(fd.get(), SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mr, sizeof mr) != 0) {
     *err = fmt::format("af-packet {}: bind: {}", name_, std::strerror(errno));
-    munmap(ring_, ring_len_);
-    ring_ = nullptr;
-    return false;
-  }
-  if (!if_set_up(name_, err)) {
     munmap(ring_, ring_len_);
     ring_ = nullptr;
     return false;
