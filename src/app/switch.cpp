@@ -79,6 +79,7 @@ void Switch::add_ports() {
     v = dp::PortVlan::from(pc.vlan, pc.trunks, pc.native_vlan);
     if (v.mode != dp::PortVlan::Mode::kAll) tables_.vlans = true;
   }
+  fdb_.set_vlans(tables_.vlans);
   for (uint32_t i = 0; i + 1 < tables_.nports; i += 2) {
     tables_.xc_peer[i] = i + 1;
     tables_.xc_peer[i + 1] = i;
