@@ -147,7 +147,14 @@ class Migration(unittest.TestCase):
             self.assertLess(got0, tx_len, "the transfer ended before the migration")
 
             self.migrate(q1, q2, mig)
+            # QEMU reports the destination running before the switch has read the device
+            # start it sent (its vhost-user messages and this ctl request race): up to 5 s.
+            deadline = time.monotonic() + 5
             st1 = tb.switch_stats()
+            while ("GUEST_ANNOUNCE" not in st1["p2"]["feature_names"] and
+                   time.monotonic() < deadline):
+                time.sleep(0.05)
+                st1 = tb.switch_stats()
             dirty = st1["p1"]["migration"]["dirty_pages_logged"]
             log("p1 migration counters: %s" % st1["p1"]["migration"])
             self.assertIn("GUEST_ANNOUNCE", st1["p2"]["feature_names"])
