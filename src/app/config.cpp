@@ -4,6 +4,8 @@
 
 #include <cctype>
 #include <cstdio>
+#include <algorithm>
+#include <map>
 #include <set>
 #include <string_view>
 
@@ -28,8 +30,9 @@ constexpr TypeName kTypes[] = {
     {"af-packet", port::PortType::kAfPacket, port::SocketMode::kServer},
     {"af-xdp", port::PortType::kAfXdp, port::SocketMode::kServer},
     {"dpdk", port::PortType::kDpdk, port::SocketMode::kServer},
+    {"vxlan", port::PortType::kVxlan, port::SocketMode::kServer},
 };
-constexpr const char* kTypeList = "vhost-user, vhost-user-client, tap, af-packet, af-xdp or dpdk";
+constexpr const char* kTypeList = "vhost-user, vhost-user-client, tap, af-packet, af-xdp, dpdk or vxlan";
 
 bool set_port_type(const std::string& type, port::PortConfig* c) {
   for (const TypeName& t : kTypes) {
@@ -40,6 +43,14 @@ bool set_port_type(const std::string& type, port::PortConfig* c) {
   }
   return false;
 }
+
+/// What the type's argument says beyond a path (a vxlan port's settings).
+bool parse_port_arg(port::PortConfig* c, std::string* err) {
+  if (c->type != port::PortType::kVxlan) return true;
+  if (port::parse_vxlan_arg(c->path, &c->vxlan, err)) return true;
+  *err = fmt::format("port {}: {}", c->name, *err);
+  return false;
+}
 }  // namespace
 
 std::optional<port::PortConfig> parse_port_spec(const std::string& spec, std::string* err) {
@@ -47,7 +58,8 @@ std::optional<port::PortConfig> parse_port_spec(const std::string& spec, std::st
   const size_t colon = eq == std::string::npos ? std::string::npos : spec.find(':', eq);
   if (eq == std::string::npos || colon == std::string::npos || eq == 0 || colon + 1 == spec.size()) {
     *err = fmt::format("port '{}': expected NAME=TYPE:ARG (vhost-user:PATH, vhost-user-client:PATH, "
-                       "tap:IFNAME, af-packet:IFACE, af-xdp:IFACE, dpdk:DEVARGS)", spec);
+                       "tap:IFNAME, af-packet:IFACE, af-xdp:IFACE, dpdk:DEVARGS, "
+                       "vxlan:uplink=PORT,local=IP,vni=N,remote=IP[+IP...])", spec);
     return std::nullopt;
   }
   port::PortConfig c;
@@ -58,6 +70,7 @@ std::optional<port::PortConfig> parse_port_spec(const std::string& spec, std::st
     *err = fmt::format("port '{}': unknown type '{}' ({})", spec, type, kTypeList);
     return std::nullopt;
   }
+  if (!parse_port_arg(&c, err)) return std::nullopt;
   return c;
 }
 
@@ -228,7 +241,7 @@ bool load_port(const toml::table& t, port::PortConfig* c, std::string* flush, st
     *err = "every [[port]] needs a name and a path (a socket path, an interface, DEVARGS)";
     return false;
   }
-  return true;
+  return parse_port_arg(c, err);
 }
 
 /// A top-level key of the TOML file: reads its value into `cfg`, or false with `*err`.
@@ -467,6 +480,46 @@ std::optional<uint32_t> parse_socket_mode(const std::string& s) {
   return m;
 }
 
+namespace {
+/// vxlan ports: each on an uplink port of a kernel interface or a NIC that is in no link,
+/// at most 8 on one uplink, one (address, VNI) each; bridge forwarding only.
+bool validate_tunnels(const SwitchConfig& cfg, const std::set<std::string>& linked, std::string* err) {
+  std::map<std::string, uint32_t> per_uplink;
+  std::set<std::pair<uint32_t, uint32_t>> endpoints;
+  for (const auto& p : cfg.ports) {
+    if (p.type != port::PortType::kVxlan) continue;
+    const auto u = std::find_if(cfg.ports.begin(), cfg.ports.end(),
+                                [&](const port::PortConfig& x) { return x.name == p.vxlan.uplink; });
+    if (u == cfg.ports.end()) {
+      *err = fmt::format("port {}: uplink '{}': no such port", p.name, p.vxlan.uplink);
+      return false;
+    }
+    if (u->type == port::PortType::kVhostUser || u->type == port::PortType::kVxlan) {
+      *err = fmt::format("port {}: uplink '{}' is a {} port; a tunnel needs tap, af-packet, af-xdp "
+                         "or dpdk", p.name, u->name, port::port_type_name(u->type, u->mode));
+      return false;
+    }
+    if (linked.count(u->name)) {
+      *err = fmt::format("port {}: its uplink '{}' is in a direct link", p.name, u->name);
+      return false;
+    }
+    if (++per_uplink[u->name] > 8) {
+      *err = fmt::format("uplink {}: more than 8 tunnels", u->name);
+      return false;
+    }
+    if (!endpoints.insert({p.vxlan.local_ip, p.vxlan.vni}).second) {
+      *err = fmt::format("port {}: another tunnel has the same local address and VNI", p.name);
+      return false;
+    }
+    if (cfg.forward != dp::ForwardMode::kBridge) {
+      *err = fmt::format("port {}: vxlan ports need forward bridge", p.name);
+      return false;
+    }
+  }
+  return true;
+}
+}  // namespace
+
 bool validate(const SwitchConfig& cfg, std::string* err) {
   if (cfg.ports.empty()) { *err = "no ports: give --port or [[port]] in --config"; return false; }
   if (cfg.ports.size() > port::kMaxPorts) {
@@ -526,6 +579,7 @@ bool validate(const SwitchConfig& cfg, std::string* err) {
       return false;
     }
   }
+  if (!validate_tunnels(cfg, linked, err)) return false;
   if (!dp::parse_flush_policy(cfg.flush, err)) return false;
   for (const auto& [name, policy] : cfg.port_flush) {
     if (!names.count(name)) {

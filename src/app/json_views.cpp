@@ -1,10 +1,12 @@
 #include "app/json_views.h"
 
 #include <algorithm>
+#include <cstring>
 #include <iterator>
 
 #include <fmt/format.h>
 
+#include "port/vxlan_wire.h"
 #include "util/clock.h"
 #include "util/thread_sched.h"
 #include "virtio/virtio_defs.h"
@@ -127,6 +129,36 @@ void add_queues(const SwitchView& sw, uint32_t port, const port::VhostPort& p,
   (*out)["rx_calls_deferred"] = rx_deferred;
 }
 
+std::string ipv4_str(uint32_t ip) {
+  uint8_t b[4];
+  std::memcpy(b, &ip, 4);
+  return fmt::format("{}.{}.{}.{}", b[0], b[1], b[2], b[3]);
+}
+
+std::string mac_str(const uint8_t* m) {
+  return fmt::format("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5]);
+}
+
+/// A tunnel port's endpoint: its address, VNI, underlay and remotes with their next hops.
+control::Json tunnel_json(const port::UplinkPort& p) {
+  const port::VxlanWire& v = *p.vxlan();
+  const port::VxlanSettings& s = v.settings();
+  control::Json remotes = control::Json::array();
+  for (const auto& r : v.remotes())
+    remotes.push_back({{"ip", ipv4_str(r.ip)},
+                       {"resolved", r.resolved},
+                       {"next_hop", r.resolved ? mac_str(r.next_hop) : ""}});
+  return {{"kind", "vxlan"},
+          {"uplink", s.uplink},
+          {"local", ipv4_str(s.local_ip)},
+          {"mac", mac_str(v.mac())},
+          {"vni", s.vni},
+          {"dst_port", s.dst_port},
+          {"gateway_mac", s.has_gateway_mac ? mac_str(s.gateway_mac) : ""},
+          {"learned_macs", v.learned_macs()},
+          {"remotes", remotes}};
+}
+
 /// An uplink's "queues" and "uplink" (its wire: link, the device's counters).
 void add_uplink(const SwitchView& sw, uint32_t port, const port::UplinkPort& p,
                 control::Json* out) {
@@ -152,7 +184,9 @@ void add_uplink(const SwitchView& sw, uint32_t port, const port::UplinkPort& p,
                   {"wire_rx_packets", u.wire_rx_packets},
                   {"wire_tx_packets", u.wire_tx_packets},
                   {"wire_tx_dropped", u.wire_tx_dropped},
-                  {"bad_used", u.bad_used}});
+                  {"bad_used", u.bad_used},
+                  {"wire_tx_too_big", u.wire_tx_too_big},
+                  {"not_for_vtep", u.not_for_vtep}});
   }
   (*out)["queues"] = qs;
   control::Json dev = control::Json::object();
@@ -168,6 +202,7 @@ void add_uplink(const SwitchView& sw, uint32_t port, const port::UplinkPort& p,
                       {"wire_tx_packets", wtx},
                       {"wire_tx_dropped", wdrop},
                       {"device", dev}};
+  if (p.vxlan()) (*out)["tunnel"] = tunnel_json(p);
 }
 
 uint64_t port_features(const port::Port& p) {
@@ -268,8 +303,10 @@ control::Json ports_json(const SwitchView& sw) {
                      {"rx_interrupts", p.wire() && p.wire()->info().rx_interrupts},
                      {"pmd", sw.pmds.owner_of(i) ? static_cast<int>(sw.pmds.owner_of(i)->index()) : -1},
                      {"queue_pairs", p.queue_pairs()},
-                     {"queue_size", p.config().queue_size},
+                     {"queue_size", p.queue_size()},
                      {"direct_link", sw.links.role(i)}});
+      if (p.vxlan()) out.back()["tunnel"] = tunnel_json(p);
+      if (p.is_underlay()) out.back()["underlay_of"] = p.tunnel_names();
       continue;
     }
     const port::VhostPort& p = dynamic_cast<const port::VhostPort&>(*sw.ports[i]);

@@ -13,6 +13,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 #include "virtlink_version.h"
+#include "wire/arp.h"
 
 namespace vl::app {
 
@@ -73,6 +74,7 @@ void Switch::add_ports() {
     tables_.xc_peer[i] = dp::SwitchTables::kNoPeer;
   }
   tables_.nports = static_cast<uint32_t>(ports_.size());
+  attach_tunnels();
   for (uint32_t i = 0; i < cfg_.ports.size(); ++i) {
     const port::PortConfig& pc = cfg_.ports[i];
     dp::PortVlan& v = tables_.vlan[i];
@@ -127,11 +129,27 @@ void Switch::epoll_add(int fd, uint64_t key) {
   epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
 }
 
+void Switch::attach_tunnels() {
+  for (uint32_t i = 0; i < cfg_.ports.size(); ++i) {
+    const port::PortConfig& pc = cfg_.ports[i];
+    if (pc.type != port::PortType::kVxlan) continue;
+    const auto u = port_index(pc.vxlan.uplink);  // (validated: an uplink of another type)
+    auto* under = u ? dynamic_cast<port::UplinkPort*>(ports_[*u].get()) : nullptr;
+    if (!under) continue;
+    under->attach_tunnel(static_cast<port::UplinkPort*>(ports_[i].get()));
+    tables_.underlays |= uint64_t{1} << *u;
+  }
+}
+
 bool Switch::start_datapath(std::string* err) {
   watched_fd_.assign(ports_.size(), -1);
-  for (uint32_t i = 0; i < ports_.size(); ++i) {
-    if (!ports_[i]->start(err)) return false;
-    watch_port(i);
+  // Tunnels after the rest: each opens on its underlay's wire.
+  for (const bool tunnels : {false, true}) {
+    for (uint32_t i = 0; i < ports_.size(); ++i) {
+      if ((cfg_.ports[i].type == port::PortType::kVxlan) != tunnels) continue;
+      if (!ports_[i]->start(err)) return false;
+      watch_port(i);
+    }
   }
   if (!pmds_->start(err)) return false;
   for (const auto& [a, b] : cfg_.links) {
@@ -232,10 +250,29 @@ void Switch::announce(uint32_t port, const uint8_t mac[6]) {
                         : pv.mode == dp::PortVlan::Mode::kTrunk ? pv.native : 0;
   const dp::Mac key = tables_.vlans ? dp::vlan_key(m, vlan) : m;
   const bool ok = !dp::mac_is_multicast(m) && fdb_.learn(key, port, tables_.now_s.load());
+  const uint32_t sent = ok ? send_rarp(port, mac, vlan) : 0;
   // Rate-limited: a front-end can send SEND_RARP in a loop (a log line per wake-up).
   VL_LOG_RL(spdlog::level::info, "port {}: SEND_RARP for {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}: {}",
             ports_[port]->name(), mac[0], mac[1], mac[2], mac[3], mac[4], mac[5],
-            ok ? "learned on this port" : "not learned");
+            ok ? fmt::format("learned on this port, RARP sent on {} uplink(s) and tunnel(s)", sent)
+               : std::string("not learned"));
+}
+
+uint32_t Switch::send_rarp(uint32_t from, const uint8_t mac[6], uint16_t vlan) {
+  // Other hosts and switches learn the guest's new place from a RARP in its VLAN (QEMU's
+  // announce frame), sent on every uplink and tunnel that carries the VLAN (guests on this
+  // switch need none: it already learned the MAC).
+  uint32_t sent = 0;
+  for (uint32_t i = 0; i < ports_.size(); ++i) {
+    auto* u = dynamic_cast<port::UplinkPort*>(ports_[i].get());
+    if (i == from || !u || !u->connected() || !u->wire() || ((tables_.underlays >> i) & 1)) continue;
+    const dp::PortVlan& pv = tables_.vlan[i];
+    if (tables_.vlans && !pv.carries(vlan)) continue;
+    uint8_t f[wire::kArpFrameLen + 4];
+    const uint32_t len = wire::write_rarp_announce(f, mac, tables_.vlans && !pv.untagged(vlan) ? vlan : 0);
+    if (u->send_control(f, len)) ++sent;
+  }
+  return sent;
 }
 
 void Switch::teardown() {

@@ -66,6 +66,8 @@ class Switch {
   /// epoll, the 1 s timer and the signalfd (SIGINT, SIGTERM; SIGPIPE is blocked).
   void open_event_fds();
   void epoll_add(int fd, uint64_t key);
+  uint32_t send_rarp(uint32_t from, const uint8_t mac[6], uint16_t vlan);
+  void attach_tunnels();
   bool start_datapath(std::string* err);
   void teardown();
   /// SEND_RARP on `port` (a migrated guest): the bridge learns `mac` there.

@@ -116,7 +116,7 @@ void Forwarder::flood(uint32_t in, uint16_t s) {
   bool any = false;
   const bool vlans = tables_->vlans;
   for (uint32_t o = 0; o < tables_->nports; ++o) {
-    if (o == in || !tables_->ports[o]->active()) continue;
+    if (o == in || !tables_->ports[o]->active() || ((tables_->underlays >> o) & 1)) continue;
     if (vlans && !tables_->vlan[o].carries(pool_[s].vlan)) continue;
     enqueue(o, s);
     any = true;

@@ -78,6 +78,10 @@ struct SwitchTables {
   bool vlans = false;
   PortVlan vlan[port::kMaxPorts];
   HandoffRing* handoff[port::kMaxPmdThreads][port::kMaxPmdThreads] = {};
+  /// Ports that are tunnels' underlays (bit per port, port/uplink_port.h): never flooded to
+  /// (their frames never enter the switch, so no MAC is learned on them). Set before the
+  /// threads start.
+  uint64_t underlays = 0;
   static constexpr uint32_t kNoPeer = 0xffffffff;
 
   SwitchTables() {

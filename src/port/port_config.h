@@ -23,7 +23,31 @@ enum class PortType : uint8_t {
   kAfPacket,   ///< af-packet:IFACE, a packet socket (TPACKET_V3)
   kAfXdp,      ///< af-xdp:IFACE, an AF_XDP socket (falls back to af-packet)
   kDpdk,       ///< dpdk:DEVARGS, a DPDK ethdev (PCI address or virtual device)
+  kVxlan,      ///< vxlan:uplink=PORT,local=IP,vni=N,remote=IP[+IP...], a VXLAN tunnel
 };
+
+/// A VXLAN tunnel port's settings (RFC 7348; port/vxlan_wire.h), parsed from its argument.
+/// IPv4 addresses in network byte order, as they stand in a packet.
+struct VxlanSettings {
+  std::string uplink;             ///< the port it is encapsulated on (its underlay)
+  uint32_t local_ip = 0;          ///< the VTEP's address on the uplink (it answers ARP for it)
+  uint32_t vni = 0;               ///< 24-bit VXLAN network identifier
+  std::vector<uint32_t> remotes;  ///< the remote VTEPs (full mesh), 1..kMaxVxlanRemotes
+  uint16_t dst_port = 4789;       ///< UDP destination port (IANA: 4789)
+  /// Next hop of every remote (a routed underlay); else each remote is ARPed for directly.
+  bool has_gateway_mac = false;
+  uint8_t gateway_mac[6] = {};
+  /// The VTEP's Ethernet address; default: a locally administered one derived from the
+  /// port's name and local address.
+  bool has_mac = false;
+  uint8_t mac[6] = {};
+};
+inline constexpr uint32_t kMaxVxlanRemotes = 16;
+
+/// Parses a vxlan port's argument: comma-separated KEY=VALUE with uplink=PORT, local=IP,
+/// vni=N (0..16777215) and remote=IP[+IP...] required; dst_port=N, gateway_mac=MAC and
+/// mac=MAC optional. False with `*err`.
+bool parse_vxlan_arg(const std::string& arg, VxlanSettings* out, std::string* err);
 
 /// Static configuration of one port: vhost-user or an uplink (port/uplink_port.h).
 struct PortConfig {
@@ -69,6 +93,8 @@ struct PortConfig {
   uint32_t queue_size = 256;
   /// Queue pairs of a dpdk or af-xdp device (RSS over them where the device has it).
   uint32_t queues = 1;
+  /// vxlan: its settings (`path` keeps the argument as given).
+  VxlanSettings vxlan;
   /// Which of the keys above the port's own [[port]] table set (switch-wide settings fill
   /// in the others): bits of PortKey.
   uint32_t explicit_keys = 0;

@@ -10,11 +10,16 @@
 #include "wire/af_packet.h"
 #include "wire/af_xdp.h"
 #include "wire/dpdk.h"
+#include "port/vxlan_wire.h"
 #include "wire/tap.h"
 
 namespace vl::port {
 
 using virtio::bit;
+
+namespace {
+bool is_vlan_type(const uint8_t* t) { return (t[0] == 0x81 && t[1] == 0x00) || (t[0] == 0x88 && t[1] == 0xa8); }
+}  // namespace
 
 std::unique_ptr<wire::Wire> make_wire(const PortConfig& cfg) {
   switch (cfg.type) {
@@ -28,6 +33,7 @@ std::unique_ptr<wire::Wire> make_wire(const PortConfig& cfg) {
       o.mtu = cfg.mtu;
       return std::make_unique<wire::DpdkWire>(cfg.path, o);
     }
+    case PortType::kVxlan: return std::make_unique<VxlanWire>(cfg.path, cfg.vxlan, cfg.name);
     case PortType::kVhostUser: return nullptr;
   }
   return nullptr;
@@ -36,6 +42,15 @@ std::unique_ptr<wire::Wire> make_wire(const PortConfig& cfg) {
 UplinkPort::UplinkPort(uint32_t id, PortConfig cfg, std::unique_ptr<wire::Wire> w, Quiescer* q)
     : Port(id, cfg.name), cfg_(std::move(cfg)), wire_(std::move(w)), quiescer_(q) {
   for (int& f : rx_fd_) f = -1;
+  if (cfg_.type == PortType::kVxlan) vx_ = static_cast<VxlanWire*>(wire_.get());
+}
+
+void UplinkPort::attach_tunnel(UplinkPort* t) {
+  if (!t->vx_ || ntunnels_ == kMaxTunnels) return;  // (config validation refuses both)
+  tunnels_[ntunnels_] = t->vx_;
+  tunnel_ports_[ntunnels_++] = t;
+  t->underlay_ = this;
+  t->rx_rotation_ = rx_rotation_;
 }
 
 UplinkPort::~UplinkPort() { stop(); }
@@ -51,6 +66,13 @@ const char* UplinkPort::state() const {
 
 bool UplinkPort::start(std::string* err) {
   std::string why;
+  if (vx_) {  // a tunnel: on its underlay's wire, which started first
+    if (!underlay_ || !underlay_->open_) {
+      *err = fmt::format("port {}: its uplink '{}' is not open", cfg_.name, cfg_.vxlan.uplink);
+      return false;
+    }
+    vx_->set_underlay(underlay_->wire_.get());
+  }
   if (!wire_ || !wire_->open(&why)) {
     if (cfg_.type != PortType::kAfXdp) {
       *err = wire_ ? why : fmt::format("port {}: type {} is not built into this virtlink", cfg_.name,
@@ -71,7 +93,7 @@ bool UplinkPort::start(std::string* err) {
   link_up_ = wire_->link_up();
   const wire::WireInfo& info = wire_->info();
   spdlog::info("port {}: {} {} open: {} queue pair(s) of {} descriptors, MTU {}, {}{}", cfg_.name,
-               wire_->type(), cfg_.path, nqp_, cfg_.queue_size, info.mtu,
+               wire_->type(), cfg_.path, nqp_, qsize_, info.mtu,
                info.offloads ? "checksum and TSO offloads" : "no offloads",
                info.rx_interrupts ? "" : "; no receive interrupts: its rxqs are polled in every PMD mode");
   publish_dp();
@@ -83,16 +105,31 @@ bool UplinkPort::lay_out(std::string* err) {
   nqp_ = std::min<uint32_t>(info.queues, kMaxQueuePairs);
   const uint32_t mtu = cfg_.mtu ? std::min(cfg_.mtu, info.mtu) : info.mtu;
   max_frame_ = mtu + virtio::kEthHdrLen + 4;  // one VLAN tag
+  tag_free_max_ = mtu + virtio::kEthHdrLen;
+  if (info.max_frame) {  // a tunnel's is exact
+    max_frame_ = std::min(max_frame_, info.max_frame);
+    tag_free_max_ = 0;
+  }
+  headroom_ = (info.headroom + 63) & ~63u;
   // The rings carry what a virtio 1.0 driver would have negotiated: the 12-byte header,
   // no mergeable buffers (a frame in one buffer, which the wire sends or receives whole),
-  // and with the wire's offloads both ways buffers for a whole TSO frame.
+  // and with the wire's offloads both ways buffers for a whole TSO frame. A tunnel takes
+  // partial checksums and TSO frames from its wire (a local sender's, decapsulated) but
+  // gives it none: the switch finishes them (its receive queue has no GUEST_ offloads).
   features_ = bit(virtio::kFVersion1);
   if (info.offloads) features_ |= vhost::kOffloadFeatures;
-  const uint32_t largest = info.offloads ? virtio::kMaxFrameLen + 4 : max_frame_;
-  buf_size_ = (wire::kHdrLen + largest + 63) & ~63u;
-  const uint32_t num = cfg_.queue_size;
-  const size_t ring_bytes = size_t{num} * 16 + 6 + 2 * num + 4096 + 6 + 8 * num + 8192;
-  const size_t bytes = nqp_ * (2 * ring_bytes + 2 * size_t{num} * buf_size_) + (2u << 20);
+  else if (info.rx_offloads) features_ |= vhost::kOffloadFeatures & ~vhost::kGuestOffloadFeatures;
+  const uint32_t big = virtio::kMaxFrameLen + 4;
+  to_size_ = headroom_ + ((wire::kHdrLen + (info.offloads ? big : max_frame_) + 63) & ~63u);
+  from_size_ = (wire::kHdrLen + (info.offloads || info.rx_offloads ? big : max_frame_) + 63) & ~63u;
+  // A tunnel segments TSO frames into its receive ring: a 64 KiB frame takes up to 45
+  // descriptors there, so at least 1024 of them.
+  const uint32_t to_num = vx_ ? std::max<uint32_t>(cfg_.queue_size, 1024) : cfg_.queue_size;
+  const uint32_t from_num = cfg_.queue_size;
+  qsize_ = to_num;
+  auto ring_bytes = [](size_t n) { return n * 16 + 6 + 2 * n + 4096 + 6 + 8 * n + 8192; };
+  const size_t bytes = nqp_ * (ring_bytes(to_num) + ring_bytes(from_num) + size_t{to_num} * to_size_ +
+                               size_t{from_num} * from_size_) + (2u << 20);
   if (!mem_.create(bytes, "virtlink-uplink-" + cfg_.name, err)) return false;
   const virtio::MemRegionDesc r = mem_.region();
   uint8_t* host = mem_.host(r.guest_phys_addr);
@@ -100,23 +137,25 @@ bool UplinkPort::lay_out(std::string* err) {
   q_ = std::make_unique<Queue[]>(nqp_);
   for (uint32_t i = 0; i < nqp_; ++i) {
     Queue& q = q_[i];
-    if (!q.to_wire_drv.init(mem_, num, false, err) || !q.from_wire_drv.init(mem_, num, false, err) ||
-        !q.to_wire_bufs.init(mem_, num, buf_size_, err) ||
-        !q.from_wire_bufs.init(mem_, num, buf_size_, err))
+    if (!q.to_wire_drv.init(mem_, to_num, false, err) ||
+        !q.from_wire_drv.init(mem_, from_num, false, err) ||
+        !q.to_wire_bufs.init(mem_, to_num, to_size_, err) ||
+        !q.from_wire_bufs.init(mem_, from_num, from_size_, err))
       return false;
     // Never a kick or a call: the hooks run in the PMD threads that serve the rings.
     q.to_wire_drv.set_interrupts(false);
     q.from_wire_drv.set_interrupts(false);
-    auto attach = [&](virtio::SplitDeviceQueue& d, virtio::SplitDriverQueue& v) {
+    auto attach = [&](virtio::SplitDeviceQueue& d, virtio::SplitDriverQueue& v, uint32_t num) {
       d.attach(&gmem_, num, reinterpret_cast<virtio::VringDesc*>(v.desc_uva()),
                reinterpret_cast<virtio::VringAvail*>(v.avail_uva()),
                reinterpret_cast<virtio::VringUsed*>(v.used_uva()), 0, features_);
     };
-    attach(q.to_wire_dev, q.to_wire_drv);
-    attach(q.from_wire_dev, q.from_wire_drv);
+    attach(q.to_wire_dev, q.to_wire_drv, to_num);
+    attach(q.from_wire_dev, q.from_wire_drv, from_num);
     // Every receive buffer is posted at once; transmit buffers as frames arrive.
     uint32_t b;
-    while (q.to_wire_bufs.get(&b)) q.to_wire_drv.add(q.to_wire_bufs.gpa(b), buf_size_, true, b);
+    while (q.to_wire_bufs.get(&b))
+      q.to_wire_drv.add(q.to_wire_bufs.gpa(b) + headroom_, to_size_ - headroom_, true, b);
     q.to_wire_drv.publish();
   }
   return true;
@@ -165,10 +204,23 @@ void UplinkPort::leave_dp() {
 }
 
 void UplinkPort::move_rx_writers(uint32_t rotation) {
+  // A tunnel sends on its underlay's queues: both keep one rotation, so the thread that
+  // writes a queue of one writes the same queue of the other.
+  if (underlay_) {
+    underlay_->move_rx_writers(rotation);
+    return;
+  }
   rx_rotation_ = rotation;
-  if (!open_) return;
-  leave_dp();
-  publish_dp();
+  for (uint32_t i = 0; i < ntunnels_; ++i) {
+    tunnel_ports_[i]->rx_rotation_ = rotation;
+    if (tunnel_ports_[i]->open_) tunnel_ports_[i]->leave_dp();
+  }
+  if (open_) {
+    leave_dp();
+    publish_dp();
+  }
+  for (uint32_t i = 0; i < ntunnels_; ++i)
+    if (tunnel_ports_[i]->open_) tunnel_ports_[i]->publish_dp();
 }
 
 void UplinkPort::stop() {
@@ -186,6 +238,7 @@ bool UplinkPort::on_tick() {
     spdlog::info("port {}: {} {}: link {}", cfg_.name, wire_->type(), cfg_.path, up ? "up" : "down");
     link_up_ = up;
   }
+  wire_->on_tick();
   return false;
 }
 
@@ -197,6 +250,8 @@ UplinkQueueCounters UplinkPort::queue_counters(uint32_t qi) const {
   r.wire_tx_packets = wire::peek(c.wire_tx_packets);
   r.wire_tx_dropped = wire::peek(c.wire_tx_dropped);
   r.bad_used = wire::peek(c.bad_used);
+  r.wire_tx_too_big = wire::peek(c.wire_tx_too_big);
+  r.not_for_vtep = wire::peek(c.not_for_vtep);
   return r;
 }
 
@@ -212,9 +267,14 @@ uint32_t UplinkPort::pull(void* self, uint32_t qi) {
   uint32_t ids[kPullBurst];
   for (uint32_t i = 0; i < n; ++i) {
     q.from_wire_bufs.get(&ids[i]);
-    b[i] = {q.from_wire_bufs.data(ids[i]), u->buf_size_, 0};
+    b[i] = {q.from_wire_bufs.data(ids[i]), u->from_size_, 0};
   }
   const uint32_t got = u->wire_->recv(qi, b, n);
+  if (u->ntunnels_) [[unlikely]] {  // the buffers are free again at once
+    u->demux(q, qi, b, got);
+    for (uint32_t i = n; i-- > 0;) q.from_wire_bufs.put(ids[i]);
+    return got;
+  }
   for (uint32_t i = 0; i < got; ++i)
     q.from_wire_drv.add(q.from_wire_bufs.gpa(ids[i]), b[i].len, false, ids[i]);
   for (uint32_t i = n; i-- > got;) q.from_wire_bufs.put(ids[i]);  // unused, in the order taken
@@ -222,6 +282,18 @@ uint32_t UplinkPort::pull(void* self, uint32_t qi) {
     q.from_wire_drv.publish();
     wire::bump(q.c.wire_rx_packets, got);
   }
+  return got;
+}
+
+uint32_t UplinkPort::demux(Queue& q, uint32_t qi, const wire::Buf* b, uint32_t got) {
+  // An underlay: every frame is a tunnel's or nobody's (an underlay switches nothing else).
+  for (uint32_t i = 0; i < got; ++i) {
+    const uint8_t* h = b[i].p;
+    if (!VxlanWire::demux(tunnels_, ntunnels_, qi, h, h + wire::kHdrLen, b[i].len - wire::kHdrLen))
+      wire::bump(q.c.not_for_vtep);
+  }
+  for (uint32_t t = 0; t < ntunnels_; ++t) tunnels_[t]->rx_batch_done(qi);
+  if (got) wire::bump(q.c.wire_rx_packets, got);
   return got;
 }
 
@@ -233,12 +305,22 @@ void UplinkPort::push(void* self, uint32_t qi) {
   for (;;) {
     uint32_t k = 0, id, len;
     while (k < kPushBurst && q.to_wire_drv.get_used(&id, &len)) {
-      if (len <= wire::kHdrLen + virtio::kEthHdrLen - 1 || len > u->buf_size_) [[unlikely]] {
+      const uint32_t room = u->to_size_ - u->headroom_;
+      uint8_t* p = q.to_wire_bufs.data(id) + u->headroom_;
+      if (len <= wire::kHdrLen + virtio::kEthHdrLen - 1 || len > room) [[unlikely]] {
         wire::bump(q.c.bad_used);
-        q.to_wire_drv.add(q.to_wire_bufs.gpa(id), u->buf_size_, true, id);
+        q.to_wire_drv.add(q.to_wire_bufs.gpa(id) + u->headroom_, room, true, id);
         continue;
       }
-      b[k] = {q.to_wire_bufs.data(id), u->buf_size_, len};
+      // The largest frame leaves room for a VLAN tag: an untagged one that uses it (and is
+      // no TSO frame) is more than the interface takes.
+      if (len - wire::kHdrLen > u->tag_free_max_ && u->tag_free_max_ && p[1] == 0 &&
+          !is_vlan_type(p + wire::kHdrLen + 12)) [[unlikely]] {
+        wire::bump(q.c.wire_tx_too_big);
+        q.to_wire_drv.add(q.to_wire_bufs.gpa(id) + u->headroom_, room, true, id);
+        continue;
+      }
+      b[k] = {p, room, len};
       ids[k++] = id;
     }
     if (k == 0) break;
@@ -246,7 +328,8 @@ void UplinkPort::push(void* self, uint32_t qi) {
     wire::bump(q.c.wire_tx_packets, sent);
     if (sent < k) wire::bump(q.c.wire_tx_dropped, k - sent);
     for (uint32_t i = 0; i < k; ++i)
-      q.to_wire_drv.add(q.to_wire_bufs.gpa(ids[i]), u->buf_size_, true, ids[i]);
+      q.to_wire_drv.add(q.to_wire_bufs.gpa(ids[i]) + u->headroom_, u->to_size_ - u->headroom_,
+                        true, ids[i]);
     if (k < kPushBurst) break;
   }
   q.to_wire_drv.publish();

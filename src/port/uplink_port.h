@@ -10,6 +10,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "port/port.h"
 #include "port/port_config.h"
@@ -32,7 +33,15 @@ struct UplinkQueueCounters {
   uint64_t wire_tx_packets = 0;   ///< frames the wire took (from the receive queue)
   uint64_t wire_tx_dropped = 0;   ///< frames the wire refused (device full, link down)
   uint64_t bad_used = 0;          ///< used entries of a length no frame has (a datapath bug)
+  /// Untagged frames longer than the MTU allows (the port's largest frame leaves room for a
+  /// tag), not sent.
+  uint64_t wire_tx_too_big = 0;
+  /// An underlay's frames that were for no tunnel endpoint (not switched: an underlay
+  /// carries its tunnels only).
+  uint64_t not_for_vtep = 0;
 };
+
+class VxlanWire;
 
 class UplinkPort final : public Port {
  public:
@@ -58,11 +67,37 @@ class UplinkPort final : public Port {
   /// (VERSION_1, and the offloads when the wire has them).
   uint64_t features() const { return features_; }
   uint32_t queue_pairs() const { return nqp_; }
+  /// Descriptors per ring (the configured queue_size; at least 1024 for a tunnel).
+  uint32_t queue_size() const { return qsize_; }
   /// Counters of queue pair q (relaxed reads).
   UplinkQueueCounters queue_counters(uint32_t q) const;
   /// Largest frame either way (bytes, Ethernet header and one VLAN tag included; TSO frames
   /// beyond it when the wire has offloads).
   uint32_t max_frame() const { return max_frame_; }
+
+  /// Sends one frame outside the datapath on the wire (wire::Wire::send_control; a
+  /// tunnel encapsulates it to every remote). Any thread.
+  bool send_control(const uint8_t* frame, uint32_t len) {
+    return open_ && wire_->send_control(frame, len);
+  }
+
+  // ---- Tunnels (port/vxlan_wire.h) ----
+  /// Makes `tunnel` (a port whose wire is a VxlanWire) a tunnel over this port, before
+  /// either starts: this port becomes its underlay (its receive hook decapsulates for it,
+  /// and it switches nothing else), the tunnel sends on this port's queues from the same
+  /// writer threads (its rotation follows this port's).
+  void attach_tunnel(UplinkPort* tunnel);
+  /// The tunnel's VXLAN endpoint (null for other ports).
+  const VxlanWire* vxlan() const { return vx_; }
+  /// The port this tunnel is encapsulated on (null for other ports).
+  const UplinkPort* underlay() const { return underlay_; }
+  bool is_underlay() const { return ntunnels_ != 0; }
+  /// The names of the tunnels over this port.
+  std::vector<std::string> tunnel_names() const {
+    std::vector<std::string> v;
+    for (uint32_t i = 0; i < ntunnels_; ++i) v.push_back(tunnel_ports_[i]->name());
+    return v;
+  }
 
  private:
   /// One queue pair: the receive queue (the switch fills it, the wire sends it) and the
@@ -77,6 +112,7 @@ class UplinkPort final : public Port {
   static uint32_t pull(void* self, uint32_t q);
   static void push(void* self, uint32_t q);
   bool lay_out(std::string* err);
+  uint32_t demux(Queue& q, uint32_t qi, const wire::Buf* b, uint32_t got);
   void publish_dp();
   void leave_dp();
 
@@ -91,7 +127,8 @@ class UplinkPort final : public Port {
   virtio::GuestMemory gmem_;  // the same memory, as the device side translates it
   std::unique_ptr<Queue[]> q_;
   uint32_t nqp_ = 0;
-  uint32_t buf_size_ = 0;
+  uint32_t to_size_ = 0;    // bytes of a receive-queue buffer (headroom, header, frame)
+  uint32_t from_size_ = 0;  // bytes of a transmit-queue buffer (header, frame)
   uint32_t max_frame_ = 0;
   uint64_t features_ = 0;
   bool open_ = false;
@@ -99,6 +136,16 @@ class UplinkPort final : public Port {
   int rx_fd_[kMaxQueuePairs];
   QueueShared shared_[2 * kMaxQueuePairs];
   uint32_t dp_gen_ = 0;
+  uint32_t qsize_ = 0;
+  uint32_t headroom_ = 0;   // bytes kept before each receive buffer (WireInfo::headroom)
+  uint32_t tag_free_max_ = 0;  // largest untagged frame (0: no check, max_frame_ is exact)
+  // Tunnels: an underlay's (fixed before start) and a tunnel's own links.
+  static constexpr uint32_t kMaxTunnels = 8;
+  VxlanWire* tunnels_[kMaxTunnels] = {};
+  UplinkPort* tunnel_ports_[kMaxTunnels] = {};
+  uint32_t ntunnels_ = 0;
+  UplinkPort* underlay_ = nullptr;
+  VxlanWire* vx_ = nullptr;
 };
 
 }  // namespace vl::port

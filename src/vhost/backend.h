@@ -130,6 +130,10 @@ inline constexpr uint64_t kOffloadFeatures =
     virtio::bit(virtio::kNetFHostTso4) | virtio::bit(virtio::kNetFHostTso6) |
     virtio::bit(virtio::kNetFHostEcn) | virtio::bit(virtio::kNetFGuestTso4) |
     virtio::bit(virtio::kNetFGuestTso6) | virtio::bit(virtio::kNetFGuestEcn);
+/// The part of kOffloadFeatures about what the device gives the driver (GUEST_*).
+inline constexpr uint64_t kGuestOffloadFeatures =
+    virtio::bit(virtio::kNetFGuestCsum) | virtio::bit(virtio::kNetFGuestTso4) |
+    virtio::bit(virtio::kNetFGuestTso6) | virtio::bit(virtio::kNetFGuestEcn);
 
 /// Features and limits a back-end offers.
 struct BackendOptions {

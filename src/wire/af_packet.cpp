@@ -195,6 +195,19 @@ uint32_t AfPacketWire::send(uint32_t, const Buf* bufs, uint32_t n) {
   return sent;
 }
 
+bool AfPacketWire::send_control(const uint8_t* frame, uint32_t len) {
+  if (!fd_.valid()) return false;
+  uint8_t hdr[kLegacyHdrLen] = {};
+  iovec iov[2] = {{hdr, kLegacyHdrLen}, {const_cast<uint8_t*>(frame), len}};
+  msghdr m{};
+  m.msg_iov = info_.vnet_hdr ? iov : iov + 1;
+  m.msg_iovlen = info_.vnet_hdr ? 2 : 1;
+  // A socket's sends are serialised by the kernel: any thread may call this.
+  const bool ok = sendmsg(fd_.get(), &m, MSG_DONTWAIT) == static_cast<ssize_t>(len) + (info_.vnet_hdr ? kLegacyHdrLen : 0);
+  __atomic_fetch_add(ok ? &tx_control_ : &tx_control_errors_, 1, __ATOMIC_RELAXED);
+  return ok;
+}
+
 void AfPacketWire::counters(DeviceCounters* out) const {
   if (fd_.valid()) {
     tpacket_stats_v3 st{};
@@ -210,6 +223,8 @@ void AfPacketWire::counters(DeviceCounters* out) const {
   out->emplace_back("rx_bad", peek(rx_bad_));
   out->emplace_back("rx_vlan_restored", peek(rx_vlan_restored_));
   out->emplace_back("tx_errors", peek(tx_errors_));
+  out->emplace_back("tx_control", peek(tx_control_));
+  out->emplace_back("tx_control_errors", peek(tx_control_errors_));
 }
 
 }  // namespace vl::wire

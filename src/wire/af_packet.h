@@ -26,6 +26,7 @@ class AfPacketWire final : public Wire {
   uint32_t recv(uint32_t q, Buf* bufs, uint32_t n) override;
   uint32_t send(uint32_t q, const Buf* bufs, uint32_t n) override;
   void counters(DeviceCounters* out) const override;
+  bool send_control(const uint8_t* frame, uint32_t len) override;
 
   /// Ring geometry: blocks of kBlockSize bytes (a TSO frame of 64 KiB fits in one), and
   /// how long the kernel keeps a block that is not full before handing it over (ms; the
@@ -47,6 +48,7 @@ class AfPacketWire final : public Wire {
   uint8_t* next_ = nullptr; // its next frame
   uint64_t rx_truncated_ = 0, rx_bad_ = 0, tx_errors_ = 0;
   uint64_t rx_vlan_restored_ = 0;  // frames whose tag the kernel had taken off
+  uint64_t tx_control_ = 0, tx_control_errors_ = 0;  // send_control (any thread: atomic adds)
   mutable uint64_t kernel_packets_ = 0, kernel_drops_ = 0;  // PACKET_STATISTICS resets on read
 };
 

@@ -133,6 +133,12 @@ bool AfXdpWire::open(std::string* err) {
     close();
     return false;
   }
+  control_fd_.reset(open_send_socket(ifindex_, err));
+  if (!control_fd_.valid()) {
+    *err = fmt::format("af-xdp {}: {}", name_, *err);
+    close();
+    return false;
+  }
   qs_ = std::make_unique<Queue[]>(nq_);
   bool zc = true;
   for (uint32_t q = 0; q < nq_; ++q) {
@@ -313,7 +319,15 @@ void AfXdpWire::close() {
   qs_.reset();
   prog_.reset();
   map_.reset();
+  control_fd_.reset();
   zero_copy_ = false;
+}
+
+bool AfXdpWire::send_control(const uint8_t* frame, uint32_t len) {
+  const bool ok = control_fd_.valid() &&
+                  ::send(control_fd_.get(), frame, len, MSG_DONTWAIT) == static_cast<ssize_t>(len);
+  __atomic_fetch_add(ok ? &tx_control_ : &tx_control_errors_, 1, __ATOMIC_RELAXED);
+  return ok;
 }
 
 int AfXdpWire::rx_fd(uint32_t q) const { return qs_ && q < nq_ ? qs_[q].fd : -1; }
@@ -444,6 +458,8 @@ void AfXdpWire::counters(DeviceCounters* out) const {
   out->emplace_back("tx_bad_desc", tx_bad_desc);
   out->emplace_back("tx_kick_again", tx_kick_again);
   out->emplace_back("tx_kick_errors", tx_kick_errors);
+  out->emplace_back("tx_control", peek(tx_control_));
+  out->emplace_back("tx_control_errors", peek(tx_control_errors_));
 }
 
 }  // namespace vl::wire

@@ -55,6 +55,9 @@ class AfXdpWire final : public Wire {
   /// past kTxBudget or a busy driver), tx_kick_errors (it failed but for EAGAIN, EBUSY,
   /// ENOBUFS).
   void counters(DeviceCounters* out) const override;
+  /// Through a packet socket of its own on the interface (XDP programs see only what the
+  /// interface receives; the kernel's transmit path is free).
+  bool send_control(const uint8_t* frame, uint32_t len) override;
 
   /// Where the program runs: "native", "skb", or "" when closed.
   const char* attach_mode() const {
@@ -98,6 +101,8 @@ class AfXdpWire final : public Wire {
   bool zero_copy_ = false;
   WireInfo info_;
   std::unique_ptr<Queue[]> qs_;  // nq_ of them while open
+  UniqueFd control_fd_;          // send_control's packet socket
+  uint64_t tx_control_ = 0, tx_control_errors_ = 0;  // (any thread: atomic adds)
 };
 
 }  // namespace vl::wire

@@ -184,7 +184,10 @@ bool DpdkWire::configure(std::string* err) {
   }
   conf.rxmode.mtu = mtu;
   const auto q = static_cast<uint16_t>(opt_.queues);
-  if (const int r = rte_eth_dev_configure(port, q, q, &conf); r != 0) {
+  // One transmit queue more where the device has it, for send_control.
+  control_q_ = di.max_tx_queues > q ? q : -1;
+  const auto ntxq = static_cast<uint16_t>(q + (control_q_ >= 0 ? 1 : 0));
+  if (const int r = rte_eth_dev_configure(port, q, ntxq, &conf); r != 0) {
     fail(err, fmt::format("rte_eth_dev_configure: {}", dpdk_error(r)));
     return false;
   }
@@ -248,7 +251,29 @@ bool DpdkWire::setup_queues(std::string* err) {
       return false;
     }
   }
+  if (control_q_ >= 0 &&
+      rte_eth_tx_queue_setup(port, static_cast<uint16_t>(control_q_), 64, socket, nullptr) != 0) {
+    control_q_ = -1;  // (rte_eth_dev_start would fail on a queue configured but not set up)
+    fail(err, "the transmit queue for control frames could not be set up");
+    return false;
+  }
   return true;
+}
+
+bool DpdkWire::send_control(const uint8_t* frame, uint32_t len) {
+  if (control_q_ < 0 || !started_ || len > room_) return false;
+  std::lock_guard lock(control_mu_);
+  rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+  bool ok = m != nullptr;
+  if (ok) {
+    std::memcpy(rte_pktmbuf_mtod(m, uint8_t*), frame, len);
+    m->data_len = static_cast<uint16_t>(len);
+    m->pkt_len = len;
+    ok = rte_eth_tx_burst(static_cast<uint16_t>(port_), static_cast<uint16_t>(control_q_), &m, 1) == 1;
+    if (!ok) rte_pktmbuf_free(m);
+  }
+  bump(ok ? tx_control_ : tx_control_errors_);
+  return ok;
 }
 
 void DpdkWire::close() {
@@ -376,6 +401,8 @@ void DpdkWire::counters(DeviceCounters* out) const {
   out->emplace_back("tx_no_mbuf", nombuf);
   out->emplace_back("tx_full", full);
   out->emplace_back("tx_oversize", big);
+  out->emplace_back("tx_control", peek(tx_control_));
+  out->emplace_back("tx_control_errors", peek(tx_control_errors_));
 }
 
 }  // namespace vl::wire

@@ -7,6 +7,7 @@
 // Polled only (no receive interrupts), no offloads yet. DPDK's Programmer's Guide "Poll Mode
 // Driver", rte_ethdev.h.
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,12 @@ class DpdkWire final : public Wire {
   /// eth_tx_bytes, eth_rx_missed, eth_rx_errors, eth_tx_errors, eth_rx_nombuf) and the
   /// wire's own (rx_truncated, tx_no_mbuf, tx_full, tx_oversize), summed over the queues.
   void counters(DeviceCounters* out) const override;
+  /// On a transmit queue of its own (the device's first beyond the queue pairs, under a
+  /// lock); false when the device has no spare transmit queue (give a vdev one more, e.g.
+  /// queue_count= for net_af_xdp, qpairs= for net_af_packet).
+  bool send_control(const uint8_t* frame, uint32_t len) override;
+  /// The device has a transmit queue for send_control (after open).
+  bool has_control_queue() const { return control_q_ >= 0; }
 
   /// The ethdev's port id once open (diagnostics); -1 before.
   int port_id() const { return port_; }
@@ -80,6 +87,9 @@ class DpdkWire final : public Wire {
   rte_mempool* pool_ = nullptr;
   uint32_t room_ = 0;  // bytes of frame an mbuf of pool_ holds
   std::vector<QueueCounters> qc_;
+  int control_q_ = -1;         // send_control's transmit queue, -1: none
+  std::mutex control_mu_;      // serialises send_control (not the datapath's queues)
+  uint64_t tx_control_ = 0, tx_control_errors_ = 0;  // (under control_mu_)
 };
 
 }  // namespace vl::wire

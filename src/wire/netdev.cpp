@@ -1,5 +1,6 @@
 #include "wire/netdev.h"
 
+#include <linux/if_packet.h>
 #include <net/if.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -55,6 +56,22 @@ bool if_set_up(const std::string& name, std::string* err) {
     return false;
   }
   return true;
+}
+
+int open_send_socket(uint32_t ifindex, std::string* err) {
+  UniqueFd fd(socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) {
+    *err = fmt::format("packet socket: {}", std::strerror(errno));
+    return -1;
+  }
+  sockaddr_ll a{};
+  a.sll_family = AF_PACKET;
+  a.sll_ifindex = static_cast<int>(ifindex);
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    *err = fmt::format("packet socket: bind to interface {}: {}", ifindex, std::strerror(errno));
+    return -1;
+  }
+  return fd.release();
 }
 
 }  // namespace vl::wire

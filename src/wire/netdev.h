@@ -14,5 +14,8 @@ uint32_t if_mtu(const std::string& name);
 bool if_running(const std::string& name);
 /// Sets IFF_UP (false with `*err`).
 bool if_set_up(const std::string& name, std::string* err);
+/// A packet socket that only sends, on interface `ifindex` (it receives nothing: protocol
+/// 0). -1 with `*err`.
+int open_send_socket(uint32_t ifindex, std::string* err);
 
 }  // namespace vl::wire

@@ -1,5 +1,7 @@
 #include "wire/tap.h"
 
+#include <sys/uio.h>
+
 #include <fcntl.h>
 #include <linux/if_tun.h>
 #include <net/if.h>
@@ -83,9 +85,21 @@ uint32_t TapWire::send(uint32_t, const Buf* bufs, uint32_t n) {
   return sent;
 }
 
+bool TapWire::send_control(const uint8_t* frame, uint32_t len) {
+  if (!fd_.valid()) return false;
+  uint8_t hdr[kHdrLen] = {};
+  iovec iov[2] = {{hdr, kHdrLen}, {const_cast<uint8_t*>(frame), len}};
+  // One write is one frame, whichever thread makes it.
+  const bool ok = ::writev(fd_.get(), iov, 2) == static_cast<ssize_t>(kHdrLen + len);
+  __atomic_fetch_add(ok ? &tx_control_ : &tx_control_errors_, 1, __ATOMIC_RELAXED);
+  return ok;
+}
+
 void TapWire::counters(DeviceCounters* out) const {
   out->emplace_back("rx_truncated", peek(rx_truncated_));
   out->emplace_back("tx_errors", peek(tx_errors_));
+  out->emplace_back("tx_control", peek(tx_control_));
+  out->emplace_back("tx_control_errors", peek(tx_control_errors_));
 }
 
 }  // namespace vl::wire

@@ -25,6 +25,7 @@ class TapWire final : public Wire {
   uint32_t recv(uint32_t q, Buf* bufs, uint32_t n) override;
   uint32_t send(uint32_t q, const Buf* bufs, uint32_t n) override;
   void counters(DeviceCounters* out) const override;
+  bool send_control(const uint8_t* frame, uint32_t len) override;
 
  private:
   std::string name_;
@@ -32,6 +33,7 @@ class TapWire final : public Wire {
   UniqueFd fd_;
   WireInfo info_;
   uint64_t rx_truncated_ = 0, tx_errors_ = 0;  // single writer each (the queue's thread)
+  uint64_t tx_control_ = 0, tx_control_errors_ = 0;  // send_control (any thread: atomic adds)
 };
 
 }  // namespace vl::wire

@@ -37,6 +37,14 @@ struct WireInfo {
   uint32_t mtu = 1500;     ///< bytes of L3 payload (the interface's MTU)
   /// Receive interrupts: rx_fd() becomes readable when frames arrive (else poll only).
   bool rx_interrupts = true;
+  /// Without `offloads`: the wire's received frames may still ask for a checksum and be TSO
+  /// frames (a tunnel's, decapsulated from a local sender), though it takes none.
+  bool rx_offloads = false;
+  /// Bytes before a send buffer's header the wire may write (a tunnel puts its outer headers
+  /// there; 0 for a device).
+  uint32_t headroom = 0;
+  /// Largest frame either way (bytes); 0: mtu + the Ethernet header + one VLAN tag.
+  uint32_t max_frame = 0;
 };
 
 /// Adds to a counter one thread writes and the control thread reads (relaxed).
@@ -76,6 +84,17 @@ class Wire {
   virtual uint32_t send(uint32_t q, const Buf* bufs, uint32_t n) = 0;
   /// Adds the device's counters (missed, errors...) to `out`.
   virtual void counters(DeviceCounters* out) const { (void)out; }
+  /// Sends one Ethernet frame (`len` bytes, no virtio-net header) outside the datapath's
+  /// queues: ARP of a tunnel endpoint, a migrated guest's RARP. Any thread, at any time
+  /// (the slow path: a system call, or a lock of the wire's own); rare frames only. False
+  /// if the wire has no such path or the device refused the frame.
+  virtual bool send_control(const uint8_t* frame, uint32_t len) {
+    (void)frame;
+    (void)len;
+    return false;
+  }
+  /// Called by the control thread every second while open (a tunnel's ARP).
+  virtual void on_tick() {}
 };
 
 }  // namespace vl::wire

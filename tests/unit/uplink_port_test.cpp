@@ -176,10 +176,16 @@ TEST(UplinkPort, WhatTheWireRefusesIsCountedAndItsBuffersComeBack) {
 TEST(UplinkPort, FramesAboveTheMtuAreTooBig) {
   UplinkRig r(false, false);
   r.wire[0]->receive(eth_frame(1500 + 14 + 4 + 1, 3));  // one byte above MTU + header + tag
-  r.wire[0]->receive(eth_frame(1500 + 14 + 4, 4));
+  Bytes tagged = eth_frame(1500 + 14 + 4, 4);           // the largest frame, with its tag
+  tagged[12] = 0x81;
+  tagged[13] = 0x00;
+  r.wire[0]->receive(tagged);
+  r.wire[0]->receive(eth_frame(1500 + 14 + 4, 5));  // as long, untagged: above the MTU
+  r.wire[0]->receive(eth_frame(1500 + 14, 6));      // the largest untagged frame
   r.run();
-  EXPECT_EQ(r.wire[1]->sent.size(), 1u);
+  EXPECT_EQ(r.wire[1]->sent.size(), 2u);
   EXPECT_EQ(r.counters(1).drops[static_cast<uint32_t>(port::Drop::kTooBig)], 1u);
+  EXPECT_EQ(r.up[1]->queue_counters(0).wire_tx_too_big, 1u);
 }
 
 TEST(UplinkPort, TsoFramePassesWholeToAWireWithOffloadsAndIsSegmentedForOneWithout) {
