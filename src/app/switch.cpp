@@ -249,7 +249,7 @@ void Switch::announce(uint32_t port, const uint8_t mac[6]) {
   const uint16_t vlan = pv.mode == dp::PortVlan::Mode::kAccess ? pv.tag
                         : pv.mode == dp::PortVlan::Mode::kTrunk ? pv.native : 0;
   const dp::Mac key = tables_.vlans ? dp::vlan_key(m, vlan) : m;
-  const bool ok = !dp::mac_is_multicast(m) && fdb_.learn(key, port, tables_.now_s.load());
+  const bool ok = dp::mac_is_learnable(m) && fdb_.learn(key, port, tables_.now_s.load());
   const uint32_t sent = ok ? send_rarp(port, mac, vlan) : 0;
   // Rate-limited: a front-end can send SEND_RARP in a loop (a log line per wake-up).
   VL_LOG_RL(spdlog::level::info, "port {}: SEND_RARP for {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}: {}",

@@ -43,6 +43,9 @@ inline Mac mac_from_bytes(const uint8_t* b) {
   return __builtin_bswap64(v);
 }
 inline bool mac_is_multicast(Mac m) { return (m >> 40) & 1; }  ///< includes broadcast
+/// A source MAC the bridge learns: a station's (not multicast, not all zeros; IEEE 802.1Q
+/// §8.7 learns individual addresses only). `m` may carry a VLAN above bit 47.
+inline bool mac_is_learnable(Mac m) { return !mac_is_multicast(m) && (m & 0xffffffffffffull) != 0; }
 
 class Fdb {
  public:

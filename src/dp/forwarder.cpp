@@ -364,7 +364,7 @@ void Forwarder::classify_as(uint32_t in) {
       dst = vlan_key(dst, sl.vlan);
       src = vlan_key(src, sl.vlan);
     }
-    if (src != last_src && !mac_is_multicast(src)) {
+    if (src != last_src && mac_is_learnable(src)) {
       tables_->fdb->learn(src, in, now_s);
       last_src = src;
       last_dst = ~Mac{0};  // a learned source may be a later frame's destination

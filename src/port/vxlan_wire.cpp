@@ -38,6 +38,10 @@ uint64_t mac48(const uint8_t* m) {
   for (int i = 0; i < 6; ++i) v = v << 8 | m[i];
   return v;
 }
+/// The MAC table slot of a 48-bit MAC (multiplicative hashing, the top bits).
+uint32_t mac_slot(uint64_t m) {
+  return static_cast<uint32_t>((m * 0x9e3779b97f4a7c15ull) >> (64 - 12)) & (VxlanWire::kMacSlots - 1);
+}
 void mac_bytes(uint64_t v, uint8_t* m) {
   for (int i = 5; i >= 0; --i, v >>= 8) m[i] = static_cast<uint8_t>(v);
 }
@@ -159,7 +163,7 @@ void VxlanWire::learn(const uint8_t* mac, int remote) {
   if (mac[0] & 1) return;  // a multicast source is no station
   const uint64_t m = mac48(mac);
   const uint64_t want = m << 8 | static_cast<uint64_t>(remote + 1);
-  const uint32_t h = flow_hash_bytes(mac, 6) & (kMacSlots - 1);
+  const uint32_t h = mac_slot(m);
   for (uint32_t i = 0; i < 4; ++i) {
     std::atomic<uint64_t>& e = macs_[(h + i) & (kMacSlots - 1)];
     const uint64_t v = e.load(std::memory_order_relaxed);
@@ -174,7 +178,7 @@ void VxlanWire::learn(const uint8_t* mac, int remote) {
 
 int VxlanWire::lookup(const uint8_t* mac) const {
   const uint64_t m = mac48(mac);
-  const uint32_t h = flow_hash_bytes(mac, 6) & (kMacSlots - 1);
+  const uint32_t h = mac_slot(m);
   for (uint32_t i = 0; i < 4; ++i) {
     const uint64_t v = macs_[(h + i) & (kMacSlots - 1)].load(std::memory_order_relaxed);
     if (v == 0) return -1;

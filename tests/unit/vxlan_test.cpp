@@ -231,6 +231,16 @@ TEST(Vxlan, EncapsulatesToEveryRemoteThenToTheOneAMacWasLearnedBehind) {
   std::memcpy(&dst, &r.under->sent[0][wire::kHdrLen + 30], 4);
   EXPECT_EQ(dst, ip4("10.0.0.3"));
   EXPECT_EQ(r.dev("learned_macs"), 1u);
+  // Many stations behind the remotes: the table holds most of them (4 probes per MAC).
+  for (uint32_t k = 0; k < 2000; ++k) {
+    Bytes f = station_frame(80, 1, 1);
+    f[0] = 0xff;  // broadcast, from station k
+    f[8] = static_cast<uint8_t>(k >> 8);
+    f[9] = static_cast<uint8_t>(k);
+    r.under->receive(vxlan_packet(f, k & 1 ? "10.0.0.3" : "10.0.0.2", kVni, r.vx->mac()));
+  }
+  r.run();
+  EXPECT_GT(r.dev("learned_macs"), 1900u);
 }
 
 TEST(Vxlan, AnswersArpForItsAddressOnlyAndAtABoundedRate) {
