@@ -19,7 +19,9 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
                 "(virtlink connects, retrying every second), or an uplink: NAME=tap:IFNAME (a "
                 "tap device into the host's stack, created if absent), NAME=af-packet:IFACE (a "
                 "packet socket), NAME=af-xdp:IFACE (AF_XDP, falling back to af-packet), "
-                "NAME=dpdk:DEVARGS (a DPDK ethdev: PCI address or vdev); repeat for more ports");
+                "NAME=dpdk:DEVARGS (a DPDK ethdev: PCI address or vdev), or a tunnel: "
+                "NAME=vxlan:uplink=PORT,local=IP,vni=N,remote=IP[+IP...] (optional "
+                "dst_port=N, gateway_mac=MAC, mac=MAC); repeat for more ports");
   s->add_option("--port-set", a.port_sets,
                 "NAME:KEY=VALUE, one of a port's settings (repeat): vlan=N (an access port of "
                 "VLAN N, untagged), trunks=LIST (a trunk of the VLANs in LIST, e.g. 10,20-30, "

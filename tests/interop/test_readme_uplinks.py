@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The README's uplink recipes, run as printed (sections "Uplinks" and "VLANs"): each
+"""The README's uplink recipes, run as printed (sections "Uplinks", "VXLAN" and "VLANs"): each
 `virtlink switch` command is taken from README.md verbatim and run, with `virtlink` on the
 PATH, in a private network namespace that has the interfaces it names (veth pairs); the
 switch must start, show every port open and carry a ping across an af-packet port, and
@@ -136,6 +136,35 @@ class ReadmeUplinks(unittest.TestCase):
             self.assertEqual(a["t20"]["tx_packets"], 0)
         self.run_recipe("virtlink switch --port t10=af-packet:veth10", ["veth10", "veth20", "eth1"],
                         ctl, checks)
+
+    @vltest.ctest("readme_vxlan_recipe", timeout=60)
+    def test_vxlan(self):
+        def checks(stats, peer, ns, ctl_path):
+            by = {p["name"]: p for p in stats["ports"]}
+            self.assertEqual(by["vx"]["type"], "vxlan")
+            self.assertEqual(by["vx"]["state"], "connected")
+            # The far end: Linux's own VTEP at 10.77.0.2 on eth1's peer, 10.88.0.2 inside.
+            sh("ip", "link", "add", "vx0", "type", "vxlan", "id", "100", "dstport", "4789", "local",
+               "10.77.0.2", "remote", "10.77.0.1", "dev", "p0", ns=peer)
+            sh("ip", "addr", "add", "10.88.0.2/24", "dev", "vx0", ns=peer)
+            sh("ip", "link", "set", "vx0", "up", ns=peer)
+            sh("ip", "addr", "add", "10.88.0.1/24", "dev", "vl-host", ns=ns)
+            sh("ip", "link", "set", "vl-host", "mtu", "1450", ns=ns)
+            r = sh("ping", "-c", "3", "-i", "0.2", "-W", "2", "10.88.0.2", ns=ns, check=False)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            ports = json.loads(subprocess.run([vltest.VIRTLINK, "ctl", "--control", ctl_path, "ports",
+                                               "--json"], stdout=subprocess.PIPE, text=True,
+                                              check=True).stdout)
+            tun = next(p for p in ports if p["name"] == "vx")["tunnel"]
+            self.assertEqual(tun["remotes"][0]["resolved"], True, tun)
+            after = json.loads(subprocess.run([vltest.VIRTLINK, "ctl", "--control", ctl_path, "stats",
+                                               "--json"], stdout=subprocess.PIPE, text=True,
+                                              check=True).stdout)
+            dev = next(p for p in after["ports"] if p["name"] == "vx")["uplink"]["device"]
+            self.assertGreaterEqual(dev["decap_packets"], 3)
+            self.assertGreaterEqual(dev["encap_packets"], 3)
+        self.run_recipe("virtlink switch --port up=af-packet:eth1 --port host=tap:vl-host", ["eth1"],
+                        "/tmp/virtlink.ctl", checks)
 
 
 if __name__ == "__main__":
