@@ -139,6 +139,14 @@ std::string mac_str(const uint8_t* m) {
   return fmt::format("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5]);
 }
 
+/// How a port carries VLANs (its settings): "mode" all, access (and "vlan") or trunk (and
+/// "trunks", "native_vlan").
+control::Json vlan_json(const port::PortConfig& c) {
+  if (c.vlan) return {{"mode", "access"}, {"vlan", c.vlan}};
+  if (!c.trunks.empty()) return {{"mode", "trunk"}, {"trunks", c.trunks}, {"native_vlan", c.native_vlan}};
+  return {{"mode", "all"}};
+}
+
 /// A tunnel port's endpoint: its address, VNI, underlay and remotes with their next hops.
 control::Json tunnel_json(const port::UplinkPort& p) {
   const port::VxlanWire& v = *p.vxlan();
@@ -305,6 +313,7 @@ control::Json ports_json(const SwitchView& sw) {
                      {"queue_pairs", p.queue_pairs()},
                      {"queue_size", p.queue_size()},
                      {"direct_link", sw.links.role(i)}});
+      out.back()["vlan"] = vlan_json(p.config());
       if (p.vxlan()) out.back()["tunnel"] = tunnel_json(p);
       if (p.is_underlay()) out.back()["underlay_of"] = p.tunnel_names();
       continue;
@@ -346,6 +355,7 @@ control::Json ports_json(const SwitchView& sw) {
                    {"queue_pairs", b.queue_pairs()},
                    {"direct_link", sw.links.role(i)},
                    {"vrings", vrings}});
+    out.back()["vlan"] = vlan_json(p.config());
   }
   return out;
 }

@@ -46,17 +46,59 @@ void print_stats(const Json& r) {
   }
 }
 
+/// A port's VLAN settings as text ("" for a port of every VLAN).
+std::string vlan_text(const Json& p) {
+  if (!p.contains("vlan")) return "";
+  const Json& v = p["vlan"];
+  const std::string mode = v.value("mode", std::string("all"));
+  if (mode == "access") return fmt::format(", access VLAN {}", v["vlan"].get<int>());
+  if (mode != "trunk") return "";
+  std::string list;
+  for (const auto& t : v["trunks"]) list += (list.empty() ? "" : ",") + std::to_string(t.get<int>());
+  const int native = v.value("native_vlan", 0);
+  return fmt::format(", trunk VLANs {}{}", list, native ? fmt::format(" (native {})", native) : "");
+}
+
+/// An uplink or tunnel port (no vrings): its device, and a tunnel's endpoint.
+void print_uplink(const Json& p) {
+  const auto num = [&](const char* k) { return p.value(k, uint64_t{0}); };
+  fmt::print("{} ({} {}): {}, link {}, pmd {}, mtu {}, largest frame {}, {} queue pair(s) of {} "
+             "descriptors, features {}{}\n",
+             p["name"].get<std::string>(), p["type"].get<std::string>(), p["path"].get<std::string>(),
+             p["state"].get<std::string>(), p.value("link", std::string("?")),
+             p.value("pmd", -1) < 0 ? std::string("none") : std::to_string(p.value("pmd", -1)),
+             num("mtu"), num("max_frame"), num("queue_pairs"), num("queue_size"),
+             p.value("features", std::string("?")), vlan_text(p));
+  if (p.contains("underlay_of")) {
+    std::string t;
+    for (const auto& n : p["underlay_of"]) t += (t.empty() ? "" : ", ") + n.get<std::string>();
+    fmt::print("  underlay of {} (switches nothing else)\n", t);
+  }
+  if (!p.contains("tunnel")) return;
+  const Json& t = p["tunnel"];
+  fmt::print("  vxlan VNI {}: VTEP {} ({}) on {}, UDP port {}, {} MAC(s) learned behind remotes\n",
+             t["vni"].get<uint32_t>(), t["local"].get<std::string>(), t["mac"].get<std::string>(),
+             t["uplink"].get<std::string>(), t["dst_port"].get<int>(), t["learned_macs"].get<uint32_t>());
+  for (const auto& r : t["remotes"])
+    fmt::print("  remote {}: next hop {}\n", r["ip"].get<std::string>(),
+               r["resolved"].get<bool>() ? r["next_hop"].get<std::string>() : std::string("not resolved (ARP)"));
+}
+
 void print_ports(const Json& r) {
   for (const auto& p : r) {
+    if (!p.contains("vrings")) {
+      print_uplink(p);
+      continue;
+    }
     // mtu: the configured one (0: none) and the guest's (VIRTIO_NET_F_MTU, NET_SET_MTU).
     const auto mtu = [](uint32_t v) { return v ? std::to_string(v) : std::string("none"); };
     fmt::print("{} ({} {}): {}, pmd {} (queue pair 0; ctl pmd-rxq-show for all), {} connect(s), "
-               "mtu {} (guest: {}), features {}\n",
+               "mtu {} (guest: {}), features {}{}\n",
                p["name"].get<std::string>(), p["type"].get<std::string>(),
                p["path"].get<std::string>(), p["state"].get<std::string>(),
                p["pmd"].get<int>() < 0 ? std::string("none") : std::to_string(p["pmd"].get<int>()),
                p["connects"].get<uint64_t>(), mtu(p.value("mtu_config", 0u)),
-               mtu(p["mtu"].get<uint32_t>()), p["features"].get<std::string>());
+               mtu(p["mtu"].get<uint32_t>()), p["features"].get<std::string>(), vlan_text(p));
     for (const auto& v : p["vrings"]) {
       fmt::print("  vring {} (queue pair {}) {:<9} {:<6} size {:<5} {}{}{}\n", v["index"].get<int>(),
                  v.value("queue", 0), v["role"].get<std::string>(),
@@ -76,10 +118,16 @@ std::string fdb_cut_note(const Json& reply) {
 }
 
 void print_fdb(const Json& r, const Json& reply) {
-  std::string out = fmt::format("{:<18} {:<12} {:>6}\n", "MAC", "PORT", "AGE_S");
-  for (const auto& e : r)
+  // A VLAN column when some entry has one (VLAN settings in use): (VLAN, MAC) is the key.
+  bool vlans = false;
+  for (const auto& e : r) vlans |= e.value("vlan", 0) != 0;
+  std::string out = vlans ? fmt::format("{:>4} {:<18} {:<12} {:>6}\n", "VLAN", "MAC", "PORT", "AGE_S")
+                          : fmt::format("{:<18} {:<12} {:>6}\n", "MAC", "PORT", "AGE_S");
+  for (const auto& e : r) {
+    if (vlans) fmt::format_to(std::back_inserter(out), "{:>4} ", e.value("vlan", 0));
     fmt::format_to(std::back_inserter(out), "{:<18} {:<12} {:>6}\n", e["mac"].get<std::string>(),
                    e["port"].get<std::string>(), e["age_s"].get<uint32_t>());
+  }
   fwrite(out.data(), 1, out.size(), stdout);
   if (const std::string note = fdb_cut_note(reply); !note.empty()) fmt::print("{}\n", note);
 }

@@ -23,7 +23,7 @@ bool is_vlan_type(const uint8_t* t) { return (t[0] == 0x81 && t[1] == 0x00) || (
 
 std::unique_ptr<wire::Wire> make_wire(const PortConfig& cfg) {
   switch (cfg.type) {
-    case PortType::kTap: return std::make_unique<wire::TapWire>(cfg.path, cfg.offloads);
+    case PortType::kTap: return std::make_unique<wire::TapWire>(cfg.path, cfg.offloads, cfg.mtu);
     case PortType::kAfPacket: return std::make_unique<wire::AfPacketWire>(cfg.path, cfg.offloads);
     case PortType::kAfXdp: return std::make_unique<wire::AfXdpWire>(cfg.path, cfg.queues);
     case PortType::kDpdk: {

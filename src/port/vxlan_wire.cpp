@@ -118,15 +118,11 @@ bool VxlanWire::open(std::string* err) {
     return false;
   }
   info_.rx_offloads = true;  // a local sender's partial checksums and TSO trains, passed on
-  // The control path carries ARP: without it no next hop is ever resolved.
-  uint8_t probe[wire::kArpFrameLen];
-  wire::ArpView g;
-  g.op = wire::kArpRequest;  // gratuitous: our address as sender and target
-  std::memcpy(g.sha, mac_, 6);
-  g.spa = g.tpa = s_.local_ip;
-  if (!underlay_->send_control(probe, wire::write_arp(probe, kBroadcast, g))) {
-    *err = fmt::format("port {}: the uplink {} ({}) cannot send ARP (no control path; a dpdk "
-                       "device needs a spare transmit queue)",
+  // The control path carries ARP: without it no next hop is ever resolved. (A send may
+  // still fail, the link being down: the gratuitous ARP is then sent again at a tick.)
+  if (!underlay_->has_control_path()) {
+    *err = fmt::format("port {}: the uplink {} ({}) has no path for ARP (a dpdk device needs a "
+                       "spare transmit queue: one more queue in its devargs)",
                        name_, s_.uplink, underlay_->type());
     return false;
   }
@@ -135,6 +131,7 @@ bool VxlanWire::open(std::string* err) {
       next_hop_[r].store(mac48(s_.gateway_mac) | kResolved, std::memory_order_relaxed);
   }
   open_.store(true, std::memory_order_release);
+  announce_pending_ = !announce();
   send_arp_requests(true);
   spdlog::info("port {}: VTEP {} ({:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}) VNI {} on {}, {} "
                "remote(s), inner MTU {}",
@@ -534,8 +531,19 @@ void VxlanWire::send_arp_requests(bool all) {
   }
 }
 
+bool VxlanWire::announce() {
+  uint8_t f[wire::kArpFrameLen];
+  wire::ArpView g;
+  g.op = wire::kArpRequest;  // gratuitous: our address as sender and target
+  std::memcpy(g.sha, mac_, 6);
+  g.spa = g.tpa = s_.local_ip;
+  return underlay_->send_control(f, wire::write_arp(f, kBroadcast, g));
+}
+
 void VxlanWire::on_tick() {
-  if (open_.load(std::memory_order_relaxed)) send_arp_requests(false);
+  if (!open_.load(std::memory_order_relaxed)) return;
+  if (announce_pending_) announce_pending_ = !announce();
+  send_arp_requests(false);
 }
 
 std::vector<VxlanWire::RemoteView> VxlanWire::remotes() const {

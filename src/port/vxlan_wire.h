@@ -64,8 +64,9 @@ class VxlanWire final : public wire::Wire {
   /// The underlay's wire, open, before open(); it must stay open while this one is.
   void set_underlay(wire::Wire* u) { underlay_ = u; }
   /// Takes the underlay's queues; the MTU is its MTU less kEncapLen. Sends a gratuitous ARP
-  /// for the local address and an ARP request for each remote. False with `*err` (no
-  /// underlay, one without a control path, an MTU too small).
+  /// for the local address and an ARP request for each remote (again at ticks while they
+  /// fail, as with the link down). False with `*err` (no underlay, one without a control
+  /// path, an MTU too small).
   bool open(std::string* err) override;
   void close() override;
   const wire::WireInfo& info() const override { return info_; }
@@ -122,6 +123,8 @@ class VxlanWire final : public wire::Wire {
   void learn(const uint8_t* mac, int remote);
   int lookup(const uint8_t* mac) const;
   void send_arp_requests(bool all);
+  /// A gratuitous ARP for the local address (control thread). False if it was not sent.
+  bool announce();
 
   std::string arg_;
   std::string name_;  // the port's
@@ -142,6 +145,7 @@ class VxlanWire final : public wire::Wire {
   VxlanTxCounters txc_[kMaxQueues];
   std::atomic<uint64_t> arp_window_{0};  // (second << 32) | replies sent in it
   uint64_t arp_requests_ = 0;            // control thread
+  bool announce_pending_ = false;        // control thread: the gratuitous ARP is still due
 };
 
 }  // namespace vl::port

@@ -27,6 +27,7 @@ class AfPacketWire final : public Wire {
   uint32_t send(uint32_t q, const Buf* bufs, uint32_t n) override;
   void counters(DeviceCounters* out) const override;
   bool send_control(const uint8_t* frame, uint32_t len) override;
+  bool has_control_path() const override { return true; }
 
   /// Ring geometry: blocks of kBlockSize bytes (a TSO frame of 64 KiB fits in one), and
   /// how long the kernel keeps a block that is not full before handing it over (ms; the

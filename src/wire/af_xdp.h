@@ -58,6 +58,7 @@ class AfXdpWire final : public Wire {
   /// Through a packet socket of its own on the interface (XDP programs see only what the
   /// interface receives; the kernel's transmit path is free).
   bool send_control(const uint8_t* frame, uint32_t len) override;
+  bool has_control_path() const override { return control_fd_.valid(); }
 
   /// Where the program runs: "native", "skb", or "" when closed.
   const char* attach_mode() const {

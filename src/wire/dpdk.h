@@ -57,6 +57,7 @@ class DpdkWire final : public Wire {
   bool send_control(const uint8_t* frame, uint32_t len) override;
   /// The device has a transmit queue for send_control (after open).
   bool has_control_queue() const { return control_q_ >= 0; }
+  bool has_control_path() const override { return has_control_queue(); }
 
   /// The ethdev's port id once open (diagnostics); -1 before.
   int port_id() const { return port_; }

@@ -43,6 +43,16 @@ bool if_running(const std::string& name) {
          (ifr.ifr_flags & IFF_RUNNING);
 }
 
+bool if_set_mtu(const std::string& name, uint32_t mtu, std::string* err) {
+  ifreq ifr{};
+  ifr.ifr_mtu = static_cast<int>(mtu);
+  if (!ifreq_ioctl(name, SIOCSIFMTU, &ifr, true)) {
+    *err = fmt::format("interface {}: cannot set MTU {}: {}", name, mtu, std::strerror(errno));
+    return false;
+  }
+  return true;
+}
+
 bool if_set_up(const std::string& name, std::string* err) {
   ifreq ifr;
   if (!ifreq_ioctl(name, SIOCGIFFLAGS, &ifr)) {

@@ -12,6 +12,8 @@ uint32_t if_index(const std::string& name);
 uint32_t if_mtu(const std::string& name);
 /// IFF_UP and the carrier (IFF_RUNNING): frames can flow.
 bool if_running(const std::string& name);
+/// Sets the interface's MTU (false with `*err`).
+bool if_set_mtu(const std::string& name, uint32_t mtu, std::string* err);
 /// Sets IFF_UP (false with `*err`).
 bool if_set_up(const std::string& name, std::string* err);
 /// A packet socket that only sends, on interface `ifindex` (it receives nothing: protocol

@@ -48,6 +48,7 @@ bool TapWire::open(std::string* err) {
   info_.vnet_hdr = true;
   info_.queues = 1;
   info_.rx_interrupts = true;
+  if (want_mtu_ && !if_set_mtu(name_, want_mtu_, err)) return false;
   if (!if_set_up(name_, err)) return false;
   const uint32_t mtu = if_mtu(name_);
   info_.mtu = mtu ? mtu : 1500;
@@ -55,7 +56,9 @@ bool TapWire::open(std::string* err) {
   return true;
 }
 
-bool TapWire::link_up() const { return fd_.valid() && if_running(name_); }
+// A tap moved into another network namespace is out of our sight (no such interface here):
+// its carrier is our open fd.
+bool TapWire::link_up() const { return fd_.valid() && (!if_index(name_) || if_running(name_)); }
 
 uint32_t TapWire::recv(uint32_t, Buf* bufs, uint32_t n) {
   uint32_t got = 0;

@@ -14,7 +14,9 @@ namespace vl::wire {
 class TapWire final : public Wire {
  public:
   /// `offloads`: ask for checksum and TSO frames both ways (else plain frames only).
-  TapWire(std::string ifname, bool offloads) : name_(std::move(ifname)), want_offloads_(offloads) {}
+  /// `mtu`: set on the device when it opens (0: keep its own).
+  TapWire(std::string ifname, bool offloads, uint32_t mtu = 0)
+      : name_(std::move(ifname)), want_offloads_(offloads), want_mtu_(mtu) {}
   bool open(std::string* err) override;
   void close() override { fd_.reset(); }
   const WireInfo& info() const override { return info_; }
@@ -26,10 +28,12 @@ class TapWire final : public Wire {
   uint32_t send(uint32_t q, const Buf* bufs, uint32_t n) override;
   void counters(DeviceCounters* out) const override;
   bool send_control(const uint8_t* frame, uint32_t len) override;
+  bool has_control_path() const override { return true; }
 
  private:
   std::string name_;
   bool want_offloads_;
+  uint32_t want_mtu_;
   UniqueFd fd_;
   WireInfo info_;
   uint64_t rx_truncated_ = 0, tx_errors_ = 0;  // single writer each (the queue's thread)

@@ -93,6 +93,8 @@ class Wire {
     (void)len;
     return false;
   }
+  /// send_control() has a path (it may still fail: a link down, a full device).
+  virtual bool has_control_path() const { return false; }
   /// Called by the control thread every second while open (a tunnel's ARP).
   virtual void on_tick() {}
 };

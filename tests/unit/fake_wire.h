@@ -45,6 +45,7 @@ class FakeWire final : public wire::Wire {
     for (uint32_t i = 0; i < n; ++i) sent.emplace_back(b[i].p, b[i].p + b[i].len);
     return n;
   }
+  bool has_control_path() const override { return true; }
   /// Keeps the frame (without a header) in `control`.
   bool send_control(const uint8_t* f, uint32_t len) override {
     control.emplace_back(f, f + len);
