@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds virtlink. Usage: scripts/build.sh [release|asan|all] [TARGET...]
-#   release  build/        g++ RelWithDebInfo (the binaries users run; -march=native)
+#   release  build/        g++ RelWithDebInfo (the binaries users run; -march=native -mno-avx512f)
 #   asan     build-asan/   clang++ with AddressSanitizer + UndefinedBehaviorSanitizer, and the
 #                          libFuzzer targets in fuzz/ (VIRTLINK_FUZZ)
 # ccache is used when present, with paths taken relative to the checkout (CCACHE_BASEDIR,
