@@ -401,8 +401,13 @@ uint32_t Forwarder::vlan_ingress(uint32_t in, uint32_t k) {
     if (sl.segs[0].len >= 16) std::memcpy(h, sl.segs[0].ptr, 16);
     else gather_copy(h, sl.segs, sl.nsegs, 0, std::min<uint32_t>(16, sl.len));
     uint16_t vid = 0;
-    sl.tagged = sl.len >= 16 && vlan_tag(h, &vid);
-    const int v = tables_->vlan[in].ingress(sl.tagged, vid);
+    sl.tagged = vlan_tag(h, &vid);  // (h is zeros past the end of a shorter frame)
+    // A tag needs the ethertype after it (18 bytes in all): a shorter frame with the 802.1Q
+    // TPID is in no VLAN (untagging it would leave less than an Ethernet header; the
+    // kernel's skb_vlan_untag drops it too).
+    const int v = sl.tagged && sl.len < kEthHdrLen + kVlanTagLen
+                      ? -1
+                      : tables_->vlan[in].ingress(sl.tagged, vid);
     if (v < 0) {
       counters_[in].drop(Drop::kVlanNotAllowed);
       continue;
