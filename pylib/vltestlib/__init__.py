@@ -2,7 +2,9 @@
 tests/bench) and the bench harness (bench/*.py). Python 3 standard library only.
 
     vltest      child processes, the switch + testpmd test bed, counter assertions, main()
-    vlguest     QEMU/TCG Linux guests on the switch's ports (builds on vltest)
+    vlguest     QEMU/TCG Linux guests on the switch's ports (builds on vltest); ping,
+                transfer and iperf between guests and namespaces
+    netns       network namespaces and veth pairs for a test, frames counted and injected
     vhost_peer  a raw vhost-user front-end: framing, messages, guest memory, split rings
 
 How it is found (one path mechanism, no sys.path edits in the test files): ctest sets

@@ -11,6 +11,8 @@ the temporary directory removed).
         vlguest.wait_all_ready([g1, g2])          # VL-READY and a live serial shell
         out = g1.run("ping -c 3 10.0.0.2")          # output; asserts exit status 0
         res = vlguest.parse_ping(out)
+        vlguest.ping(self, g1, g2)                  # asserts every reply (also vlguest.transfer,
+                                                    # iperf; either side may be a netns.NsHost)
 
 The image is scripts/guest/build-guest.sh's (default <repo>/build/guest, or $VL_GUEST_DIR);
 each guest is started with scripts/guest/run-guest.sh --keep, so after its boot markers
@@ -279,6 +281,55 @@ class Guest:
     def uptime(self):
         return float(self.run("cat /proc/uptime").split()[0])
 
+    # -- an endpoint of ping(), transfer() and iperf() (netns.NsHost has the same) --------
+    def ping_out(self, dst, count, interval, extra=""):
+        """iputils ping's output (`ping -c COUNT -i INTERVAL -W 2 [EXTRA] DST`)."""
+        return self.run("ping -c %d -i %s -W 2 %s %s" % (count, interval, extra, dst),
+                        timeout=60 + count * float(interval), check=False)[1]
+
+    def make_file(self, kib):
+        """KIB KiB of /dev/urandom in /tmp/tx; returns (md5, size)."""
+        out = self.run("dd if=/dev/urandom of=/tmp/tx bs=1024 count=%d 2>/dev/null && "
+                       "md5sum /tmp/tx && wc -c </tmp/tx" % kib)
+        return out.split()[0], int(out.split()[-1])
+
+    def serve_file(self, port):
+        """Serves /tmp/tx to one client on `port` with busybox nc (-e cat FILE: after
+        accepting, the socket becomes cat's stdin/stdout; cat's exit closes it), in the
+        background; returns once it listens."""
+        self.run("nc -l -p %d -e cat /tmp/tx >/dev/null 2>&1 &" % port)
+        # Listening (state 0A; busybox nc listens on IPv6 "::", which takes IPv4 too).
+        listening = "grep -q ':%04X 0*:0000 0A' /proc/net/tcp /proc/net/tcp6" % port
+        self.run("i=0; while [ $i -lt 100 ] && ! %s; do i=$((i+1)); sleep 0.1; done; %s" %
+                 (listening, listening))
+
+    def served(self, timeout=30):
+        self.run("wait", timeout=timeout)  # the server is done
+
+    def fetch_file(self, addr, port, timeout=90):
+        """Fetches from ADDR:PORT into /tmp/rx; returns (md5, size)."""
+        out = self.run("nc %s %d </dev/null >/tmp/rx && md5sum /tmp/rx && wc -c </tmp/rx" %
+                       (addr, port), timeout=timeout)
+        return out.split()[0], int(out.split()[-1])
+
+    def iperf_client(self, dst, seconds, reverse=False):
+        """`iperf3 -c DST -t SECONDS -J [-R]`; returns (bytes sent, bytes received) of its
+        end-of-test summary."""
+        out = self.run("timeout %d iperf3 -c %s -t %d %s-J >/tmp/iperf.json; s=$?; sed -n "
+                       "'/\"sum_sent\"/,/\"bytes\"/p;/\"sum_received\"/,/\"bytes\"/p' "
+                       "/tmp/iperf.json | grep '\"bytes\"'; [ $s = 0 ]" %
+                       (seconds + 60, dst, seconds, "-R " if reverse else ""),
+                       timeout=seconds + 90)
+        counts = [int(l.split(":")[1].strip().rstrip(",")) for l in out.splitlines()
+                  if '"bytes"' in l]
+        if len(counts) != 2:
+            raise AssertionError("guest %s: iperf3 summary without two byte counts:\n%s" %
+                                 (self.name, out))
+        return counts[0], counts[1]
+
+    def neigh(self, addr):
+        return self.run("ip neigh show %s dev eth0" % addr)
+
 
 class GuestTestbed(vltest.Testbed):
     """A vltest.Testbed that also runs guests, client-mode switch ports and a switch that
@@ -297,7 +348,7 @@ class GuestTestbed(vltest.Testbed):
         return g
 
     def start_switch(self, ports=("a", "b"), forward="bridge", pmd_cores="1", config=None,
-                     extra=(), log_level="info", client_ports=()):
+                     extra=(), log_level="info", client_ports=(), netns=None):
         """vltest's start_switch plus `client_ports`: vhost-user-client ports NAME ->
         DIR/NAME.sock (the switch connects; a QEMU --server guest listens there).
 
@@ -317,7 +368,7 @@ class GuestTestbed(vltest.Testbed):
             args += ["--port", "%s=vhost-user-client:%s" % (name, self.sock(name))]
         sw = super().start_switch(ports=ports, forward=forward, pmd_cores=pmd_cores,
                                   config=config, extra=args + list(extra),
-                                  log_level=log_level)
+                                  log_level=log_level, netns=netns)
         # After a crash the old socket files are still there, so their existence says
         # nothing: wait until this switch answers on the control socket.
         def answers():
@@ -479,6 +530,52 @@ def parse_ping(text):
 def fmt_ping(p):
     rtt = "rtt min/avg/max %.2f/%.2f/%.2f ms" % p["rtt"] if p["rtt"] else "no rtt"
     return "%d/%d replies, %g%% loss, %s" % (p["rx"], p["tx"], p["loss"], rtt)
+
+
+# ---------------------------------------------------------------------------------------
+# Traffic between two endpoints: Guests, or netns.NsHost (a namespace's stack). Each has
+# .name, .addr and ping_out(), make_file(), serve_file(), served(), fetch_file(),
+# iperf_client().
+
+XFER_PORT = 5001
+
+
+def ping(test, src, dst, count=10, interval=0.2, extra=""):
+    """`ping -c COUNT -i INTERVAL` from src to dst; asserts every reply came back. Returns
+    parse_ping() of its output."""
+    dst_addr = dst if isinstance(dst, str) else dst.addr
+    out = src.ping_out(dst_addr, count, interval, extra)
+    p = parse_ping(out)
+    log("ping %s -> %s: %s" % (src.name, getattr(dst, "name", dst_addr), fmt_ping(p)))
+    test.assertEqual((p["tx"], p["rx"], p["loss"]), (count, count, 0.0), out)
+    return p
+
+
+def transfer(test, src, dst, kib=1024, port=XFER_PORT):
+    """src serves KIB KiB of random bytes on `port`; dst fetches them. Both sides' size and
+    md5sum must match. Returns the checksum."""
+    tx_sum, tx_len = src.make_file(kib)
+    src.serve_file(port)
+    rx_sum, rx_len = dst.fetch_file(src.addr, port)
+    src.served()
+    log("transfer %s -> %s: sent %d B md5 %s, received %d B md5 %s" %
+        (src.name, dst.name, tx_len, tx_sum, rx_len, rx_sum))
+    test.assertEqual(tx_len, kib * 1024)
+    test.assertEqual((rx_len, rx_sum), (tx_len, tx_sum), "the file arrived changed")
+    return rx_sum
+
+
+def iperf(test, src, dst, seconds=2, reverse=False):
+    """`iperf3 -c DST -t SECONDS` run by src (dst runs `iperf3 -s`: run-guest.sh --iperf for
+    a guest); reverse: `-R`, dst sends. Returns (bytes sent, bytes received) of iperf3's
+    end-of-test summary (the receiver's count is up to the end-of-test message, so it may
+    be a little below the sender's: iperf3 stops counting with data still in flight)."""
+    sent, received = src.iperf_client(dst.addr, seconds, reverse)
+    log("iperf3 %s %s %s, %d s: sent %d B, received %d B" %
+        (src.name, "<-" if reverse else "->", dst.name, seconds, sent, received))
+    test.assertGreater(received, 0)
+    test.assertLessEqual(received, sent)
+    return sent, received
 
 
 # ---------------------------------------------------------------------------------------

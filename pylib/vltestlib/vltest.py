@@ -323,15 +323,18 @@ class Testbed:
         return os.path.join(self.dir, port + ".sock")
 
     def start_switch(self, ports=("a", "b"), forward="xconnect", pmd_cores="1", config=None,
-                     extra=(), log_level="info"):
+                     extra=(), log_level="info", netns=None):
         """Starts `virtlink switch` with vhost-user server ports NAME -> DIR/NAME.sock.
 
         `config`: optional TOML text written to DIR/switch.toml and passed with --config
         (its [[port]] tables may use tb.sock(NAME) paths; then leave `ports` empty for them).
-        Waits until every socket file and the control socket exist.
+        `netns`: the name of a network namespace to run it in (`ip netns exec`, which execs:
+        the Proc's PID is the switch's). Waits until every socket file and the control
+        socket exist.
         """
         assert VIRTLINK, "run through vltest.main() with --virtlink PATH"
-        argv = [VIRTLINK, "--log-level", log_level, "switch"]
+        argv = ([] if netns is None else ["ip", "netns", "exec", netns]) + [
+            VIRTLINK, "--log-level", log_level, "switch"]
         if config is not None:
             cfg = os.path.join(self.dir, "switch.toml")
             with open(cfg, "w") as f:

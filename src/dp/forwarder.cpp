@@ -323,6 +323,9 @@ void Forwarder::classify_as(uint32_t in) {
   const uint32_t k = nburst_;
   PortCounters& c = counters_[in];
   uint32_t k2 = k;
+  // With VLANs the frames to forward are a list apart (vlan_burst_): burst_ keeps every
+  // frame taken, those dropped here included, for end_burst to give back (each once).
+  uint16_t* const list = kVlans ? vlan_burst_ : burst_;
   if constexpr (kVlans) k2 = vlan_ingress(in, k);
   if (tables_->mode == ForwardMode::kXconnect) {
     const uint32_t o = tables_->xc_peer[in];
@@ -334,26 +337,26 @@ void Forwarder::classify_as(uint32_t in) {
     if constexpr (kVlans) {  // only the VLANs the peer carries
       k3 = 0;
       for (uint32_t i = 0; i < k2; ++i) {
-        if (tables_->vlan[o].carries(pool_[burst_[i]].vlan)) burst_[k3++] = burst_[i];
+        if (tables_->vlan[o].carries(pool_[list[i]].vlan)) list[k3++] = list[i];
         else c.drop(Drop::kVlanNotAllowed);
       }
     }
-    enqueue_run(o, burst_, k3);
+    enqueue_run(o, list, k3);
     return;
   }
   const uint32_t now_s = tables_->now_s.load(std::memory_order_relaxed);
   // Consecutive frames to one source MAC are learned once, to one destination MAC looked
-  // up once, and frames to one output port enqueued as one run (burst_[run_b..i)). With
+  // up once, and frames to one output port enqueued as one run (list[run_b..i)). With
   // VLANs a MAC table key is (VLAN, MAC) (dp/vlan.h vlan_key).
   constexpr uint32_t kNone = ~0u;
   Mac last_src = ~Mac{0}, last_dst = ~Mac{0};
   uint32_t last_o = kNone, run_o = kNone, run_b = 0;
   auto end_run = [&](uint32_t i) {
-    if (run_o != kNone) enqueue_run(run_o, burst_ + run_b, i - run_b);
+    if (run_o != kNone) enqueue_run(run_o, list + run_b, i - run_b);
     run_o = kNone;
   };
   for (uint32_t i = 0; i < k2; ++i) {
-    const uint16_t s = burst_[i];
+    const uint16_t s = list[i];
     const Slot& sl = pool_[s];
     uint8_t eth[12];
     if (sl.segs[0].len >= 12) [[likely]] std::memcpy(eth, sl.segs[0].ptr, 12);
@@ -401,14 +404,19 @@ uint32_t Forwarder::vlan_ingress(uint32_t in, uint32_t k) {
     if (sl.segs[0].len >= 16) std::memcpy(h, sl.segs[0].ptr, 16);
     else gather_copy(h, sl.segs, sl.nsegs, 0, std::min<uint32_t>(16, sl.len));
     uint16_t vid = 0;
-    sl.tagged = sl.len >= 16 && vlan_tag(h, &vid);
-    const int v = tables_->vlan[in].ingress(sl.tagged, vid);
+    sl.tagged = vlan_tag(h, &vid);  // (h is zeros past the end of a shorter frame)
+    // A tag needs the ethertype after it (18 bytes in all): a shorter frame with the 802.1Q
+    // TPID is in no VLAN (untagging it would leave less than an Ethernet header; the
+    // kernel's skb_vlan_untag drops it too).
+    const int v = sl.tagged && sl.len < kEthHdrLen + kVlanTagLen
+                      ? -1
+                      : tables_->vlan[in].ingress(sl.tagged, vid);
     if (v < 0) {
       counters_[in].drop(Drop::kVlanNotAllowed);
       continue;
     }
     sl.vlan = static_cast<uint16_t>(v);
-    burst_[k2++] = burst_[i];
+    vlan_burst_[k2++] = burst_[i];
   }
   return k2;
 }

@@ -234,7 +234,8 @@ class Forwarder {
   template <bool kVlans>
   void classify_as(uint32_t in);
   /// Each frame's VLAN (its tag at offset 12 and port `in`'s mode); drops those `in` does
-  /// not take. Returns the frames left, burst_[0..returned).
+  /// not take. Returns the frames left, vlan_burst_[0..returned) (burst_ is left whole: its
+  /// frames, the dropped ones included, go back to their sender at the end of the burst).
   uint32_t vlan_ingress(uint32_t in, uint32_t k);
   /// Frame `sl` as it leaves port `o`: itself, or (at index j < kOutQueueCap of a batch) an
   /// edited view with its 802.1Q tag removed or added (segments spliced, length and
@@ -345,6 +346,7 @@ class Forwarder {
   uint16_t free_[kPoolSlots];
   uint32_t nfree_ = 0;
   uint16_t burst_[kMaxBurst];     // the slots of the burst being classified
+  uint16_t vlan_burst_[kMaxBurst];  // with VLANs, those of them left to forward (vlan_ingress)
   uint32_t nburst_ = 0;
   // A lean burst (take_burst): its slots (every chain taken, good or not) in order, and
   // where they came from. The queues' references to a lean slot never outlive the burst.

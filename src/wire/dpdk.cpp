@@ -28,6 +28,10 @@ std::mutex g_mu;
 std::set<uint16_t> g_owned;
 uint32_t g_pools = 0;  // mempool names are unique per process
 
+/// Receive buffers a queue may hold whatever its descriptors (net_af_xdp's fill ring,
+/// ETH_AF_XDP_DFLT_NUM_DESCS in DPDK 22.11).
+constexpr uint32_t kMinRxFill = 2048;
+
 /// The device name of DEVARGS: what precedes the first ','.
 std::string dev_name(const std::string& devargs) { return devargs.substr(0, devargs.find(',')); }
 
@@ -214,7 +218,12 @@ bool DpdkWire::setup_queues(std::string* err) {
   }
   // Every descriptor may hold an mbuf, a burst per queue is in flight in send(), and each
   // thread's cache (the queues' threads and the control thread) may keep 1.5 times its size.
-  const uint32_t want = opt_.queues * (nrx + ntx + kBurst) + (opt_.queues + 1) * kPoolCache * 3 / 2;
+  // A driver may hold more receive buffers than descriptors: net_af_xdp (DPDK 22.11) puts
+  // kMinRxFill mbufs in its fill ring at queue setup whatever nrx is, and fails the setup
+  // ("Failed to configure xdp socket") when the pool cannot give them.
+  const uint32_t rx_held = std::max<uint32_t>(nrx, kMinRxFill);
+  const uint32_t want =
+      opt_.queues * (rx_held + ntx + kBurst) + (opt_.queues + 1) * kPoolCache * 3 / 2;
   uint32_t n = 1;
   while (n - 1 < want) n <<= 1;  // 2^k - 1: the ring-based pool's best size
   // Room for a frame of the MTU (Ethernet header, two VLAN tags, CRC) in one mbuf.

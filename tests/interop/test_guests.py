@@ -32,61 +32,18 @@ XFER_KIB = 1024  # 1 MiB
 XFER_TCP_KIB = 8192  # test_tcp_offloads: 8 MiB, mostly in TSO frames
 
 
-def ping(test, src, dst, count=10, interval=0.2, timeout=60):
-    """`ping -c COUNT -i INTERVAL` from guest src to dst; asserts every reply came back."""
-    out = src.run("ping -c %d -i %s -W 2 %s" % (count, interval, dst.addr), timeout=timeout,
-                  check=False)[1]
-    p = parse_ping(out)
-    log("ping %s -> %s: %s" % (src.name, dst.name, fmt_ping(p)))
-    test.assertEqual((p["tx"], p["rx"], p["loss"]), (count, count, 0.0), out)
-    return p
+NO_GUEST_OFFLOADS = "guest_csum=off,guest_tso4=off,guest_tso6=off,guest_ecn=off"
+
+# The traffic helpers are vlguest's (shared with the uplink tests).
+ping = vlguest.ping
+iperf = vlguest.iperf
 
 
 def transfer(test, src, dst, kib=XFER_KIB):
-    """src serves KIB KiB (1 MiB) of /dev/urandom with busybox nc (-e cat FILE); dst
-    fetches it. Both print md5sum and size; they must match. Returns the checksum."""
-    hexport = "%04X" % XFER_PORT
-    tx = src.run("dd if=/dev/urandom of=/tmp/tx bs=1024 count=%d 2>/dev/null && "
-                 "md5sum /tmp/tx && wc -c </tmp/tx" % kib)
-    # nc -e: after accepting, the socket becomes cat's stdin/stdout; cat's exit closes it.
-    src.run("nc -l -p %d -e cat /tmp/tx >/dev/null 2>&1 &" % XFER_PORT)
-    # Listening (state 0A; busybox nc listens on IPv6 "::", which takes IPv4 too).
-    listening = "grep -q ':%s 0*:0000 0A' /proc/net/tcp /proc/net/tcp6" % hexport
-    src.run("i=0; while [ $i -lt 100 ] && ! %s; do i=$((i+1)); sleep 0.1; done; %s" %
-            (listening, listening))
-    rx = dst.run("nc %s %d </dev/null >/tmp/rx && md5sum /tmp/rx && wc -c </tmp/rx" %
-                 (src.addr, XFER_PORT), timeout=90)
-    src.run("wait")  # the server is done
-    tx_sum, tx_len = tx.split()[0], int(tx.split()[-1])
-    rx_sum, rx_len = rx.split()[0], int(rx.split()[-1])
-    log("transfer %s -> %s: sent %d B md5 %s, received %d B md5 %s" %
-        (src.name, dst.name, tx_len, tx_sum, rx_len, rx_sum))
-    test.assertEqual(tx_len, kib * 1024)
-    test.assertEqual((rx_len, rx_sum), (tx_len, tx_sum), "the file arrived changed")
-    return rx_sum
+    """src serves KIB KiB (1 MiB) of /dev/urandom with busybox nc; dst fetches it; size and
+    md5sum must match (vlguest.transfer)."""
+    return vlguest.transfer(test, src, dst, kib=kib, port=XFER_PORT)
 
-
-NO_GUEST_OFFLOADS = "guest_csum=off,guest_tso4=off,guest_tso6=off,guest_ecn=off"
-
-
-def iperf(test, src, dst, seconds=2):
-    """`iperf3 -c DST -t SECONDS -J` in guest src (dst runs `iperf3 -s`: run-guest.sh
-    --iperf). Returns (bytes sent, bytes received) of iperf3's end-of-test summary (the
-    receiver's count is the server's, up to the end-of-test message, so it may be a little
-    below the sender's: iperf3 stops counting with data still in flight)."""
-    out = src.run("timeout %d iperf3 -c %s -t %d -J >/tmp/iperf.json; s=$?; sed -n "
-                  "'/\"sum_sent\"/,/\"bytes\"/p;/\"sum_received\"/,/\"bytes\"/p' "
-                  "/tmp/iperf.json | grep '\"bytes\"'; [ $s = 0 ]" % (seconds + 60, dst.addr,
-                                                                     seconds),
-                  timeout=seconds + 90)
-    counts = [int(l.split(":")[1].strip().rstrip(",")) for l in out.splitlines()
-              if '"bytes"' in l]
-    test.assertEqual(len(counts), 2, out)
-    log("iperf3 %s -> %s, %d s: sent %d B, received %d B" % (src.name, dst.name, seconds,
-                                                             counts[0], counts[1]))
-    test.assertGreater(counts[1], 0)
-    test.assertLessEqual(counts[1], counts[0])
-    return counts[0], counts[1]
 
 def delta(after, before, port, key):
     return after[port][key] - before[port][key]

@@ -15,7 +15,7 @@ import subprocess
 import time
 import unittest
 
-from vltestlib import vltest
+from vltestlib import netns, vltest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -34,37 +34,27 @@ def readme_command(start):
     raise AssertionError(f"README.md has no command starting with {start!r}")
 
 
-def sh(*args, ns=None, check=True):
-    argv = (["ip", "netns", "exec", ns] if ns else []) + list(args)
-    return subprocess.run(argv, check=check, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, timeout=30)
-
-
 class ReadmeUplinks(unittest.TestCase):
 
     def run_recipe(self, start, ifaces, ctl, checks):
-        """Runs README command `start` in a namespace with veth pairs IFACE<->IFACE-p (the
-        peer in a second namespace with 10.77.0.N/24), then `checks(ctl_json, peer_ns)`."""
-        ns, peer = f"vlrd{os.getpid()}", f"vlrp{os.getpid()}"
+        """Runs README command `start` in a namespace with veth pairs IFACE<->pK (the peer
+        ends in a second namespace, p0 with 10.77.0.2/24; vltestlib.netns), then
+        `checks(ctl_json, peer_ns, switch_ns, ctl)`."""
         cmd = readme_command(start)
         vltest.log(f"README command: {cmd}")
         env = dict(os.environ, PATH=os.path.dirname(os.path.abspath(vltest.VIRTLINK)) + ":" +
                    os.environ.get("PATH", ""))
-        for n in (ns, peer):
-            sh("ip", "netns", "add", n)
+        lab = netns.Lab("rd")
         proc = None
         try:
-            for n in (ns, peer):
-                sh("ip", "link", "set", "lo", "up", ns=n)
+            ns, peer = lab.netns("d"), lab.netns("p")
             for k, i in enumerate(ifaces):
-                sh("ip", "link", "add", i, "type", "veth", "peer", "name", f"p{k}", ns=ns)
-                sh("ip", "link", "set", f"p{k}", "netns", peer, ns=ns)
+                lab.veth(i, ns, f"p{k}", peer)
                 # Each peer end in a namespace of its own would be truer; one is enough for
                 # the ports to open and a ping to cross one of them.
                 if k == 0:
-                    sh("ip", "addr", "add", "10.77.0.2/24", "dev", f"p{k}", ns=peer)
-                sh("ip", "link", "set", f"p{k}", "up", ns=peer)
-            proc = subprocess.Popen(["ip", "netns", "exec", ns, "sh", "-c", "exec " + cmd],
+                    peer.addr(f"p{k}", "10.77.0.2/24")
+            proc = subprocess.Popen(ns.argv("sh", "-c", "exec " + cmd),
                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     text=True)
             stats = None
@@ -82,17 +72,18 @@ class ReadmeUplinks(unittest.TestCase):
             self.assertIsNotNone(stats, "the switch did not answer: " + (proc.stdout.read() if proc.poll() is not None else ""))
             checks(stats, peer, ns, ctl)
         finally:
-            if proc:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    out, _ = proc.communicate(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    out, _ = proc.communicate()
-                vltest.log("switch output:\n" + out[-4000:])
-                self.assertEqual(proc.returncode, 0, out[-2000:])
-            for n in (ns, peer):
-                sh("ip", "netns", "del", n, check=False)
+            try:
+                if proc:
+                    proc.send_signal(signal.SIGTERM)
+                    try:
+                        out, _ = proc.communicate(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        out, _ = proc.communicate()
+                    vltest.log("switch output:\n" + out[-4000:])
+                    self.assertEqual(proc.returncode, 0, out[-2000:])
+            finally:
+                lab.close()
 
     @vltest.ctest("readme_uplinks_recipe", timeout=60)
     def test_uplinks(self):
@@ -104,8 +95,8 @@ class ReadmeUplinks(unittest.TestCase):
             self.assertEqual(by["host"]["state"], "connected")
             self.assertEqual(by["vm1"]["type"], "vhost-user")
             # The host's stack through the tap, the peer through eth1: one L2 segment.
-            sh("ip", "addr", "add", "10.77.0.1/24", "dev", "vl-host", ns=ns)
-            r = sh("ping", "-c", "3", "-i", "0.2", "-W", "2", "10.77.0.2", ns=ns, check=False)
+            ns.addr("vl-host", "10.77.0.1/24")
+            r = ns.run("ping", "-c", "3", "-i", "0.2", "-W", "2", "10.77.0.2", check=False)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             after = json.loads(subprocess.run([vltest.VIRTLINK, "ctl", "--control", ctl, "stats",
                                                "--json"], stdout=subprocess.PIPE, text=True,
@@ -126,7 +117,7 @@ class ReadmeUplinks(unittest.TestCase):
                 self.assertEqual(by[n]["state"], "connected", n)
             # A broadcast from the peer of veth10 (access VLAN 10) leaves eth1 (a trunk)
             # tagged 10 and never reaches veth20 (VLAN 20).
-            sh("ping", "-c", "2", "-i", "0.2", "-W", "1", "-b", "10.77.0.255", ns=peer, check=False)
+            peer.run("ping", "-c", "2", "-i", "0.2", "-W", "1", "-b", "10.77.0.255", check=False)
             after = json.loads(subprocess.run([vltest.VIRTLINK, "ctl", "--control", ctl_path,
                                                "stats", "--json"], stdout=subprocess.PIPE,
                                               text=True, check=True).stdout)

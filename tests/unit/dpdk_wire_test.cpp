@@ -359,6 +359,24 @@ TEST(DpdkWire, AfPacketVdevOnAVethPairBothWays) { both_ways("net_af_packet0,ifac
 
 TEST(DpdkWire, AfXdpVdevOnAVethPairBothWays) { both_ways("net_af_xdp0,iface=vl-dpA"); }
 
+/// What an uplink's dpdk port asks for (port/uplink_port.cpp: max(queue_size, 512)
+/// descriptors; queue_size is 256 by default): net_af_xdp fills 2048 receive buffers from the
+/// pool at queue setup, however few descriptors it is given.
+TEST(DpdkWire, AfXdpVdevOpensWithFewDescriptors) {
+  std::string err;
+  ASSERT_TRUE(eal_init({}, &err)) << err;
+  for (const uint32_t desc : {64u, 512u}) {
+    // A veth pair each: DPDK 22.11's af_xdp leaves its socket bound when the port closes.
+    VethNetns ns;
+    if (!ns.why().empty()) GTEST_SKIP() << ns.why();
+    DpdkWire::Options opt;
+    opt.rx_desc = opt.tx_desc = desc;
+    DpdkWire w("net_af_xdp0,iface=vl-dpA", opt);
+    ASSERT_TRUE(w.open(&err)) << desc << " descriptors: " << err;
+    w.close();
+  }
+}
+
 TEST(DpdkWire, KernelVdevTakesTheInterfaceMtuOrSetsIt) {
   std::string err;
   ASSERT_TRUE(eal_init({}, &err)) << err;

@@ -237,6 +237,53 @@ TEST(UplinkVlan, AccessFramesLeaveTrunksTaggedAndStayInTheirVlan) {
   for (FakeWire* w : r.wire) EXPECT_TRUE(w->sent.empty());
 }
 
+TEST(UplinkVlan, ATagWithoutTheEthertypeAfterItIsInNoVlan) {
+  UplinkRig r = vlan_rig();
+  // Broadcasts in VLAN 20 cut to 14..17 bytes (the 802.1Q TPID, part of the tag, no
+  // ethertype after it), from the trunk and from the port of every VLAN, then one of 18.
+  const Bytes whole = mac_frame(0xff, 2, 20, 14);  // 18 bytes: MACs, tag, ethertype
+  for (uint32_t in : {2u, 3u}) {
+    for (size_t n = 14; n < 18; ++n) r.wire[in]->receive(Bytes(whole.begin(), whole.begin() + n));
+  }
+  r.run();
+  EXPECT_EQ(vlan_drops(r, 2), 4u);
+  EXPECT_EQ(vlan_drops(r, 3), 4u);
+  for (FakeWire* w : r.wire) EXPECT_TRUE(w->sent.empty());  // (untagged they would be 10..13 bytes)
+  r.wire[2]->receive(whole);
+  r.run();
+  EXPECT_EQ(frames_sent(r.wire[1]), std::vector<Bytes>{mac_frame(0xff, 2, 0, 14)});
+  EXPECT_EQ(frames_sent(r.wire[3]), std::vector<Bytes>{whole});
+  for (const auto& u : r.up) EXPECT_EQ(u->queue_counters(0).bad_used, 0u);
+}
+
+TEST(UplinkVlan, FramesDroppedByVlanGiveTheirBuffersBackOnceAndTheOthersArriveIntact) {
+  UplinkRig r = vlan_rig();
+  // Bursts from the trunk where frames of a VLAN it does not carry (30) come first, then
+  // broadcasts of VLAN 20, each of its own content: round after round (the port's 256
+  // receive buffers go round many times), every VLAN 20 frame reaches b once, intact and
+  // in order, and every buffer, the dropped frames' included, comes back exactly once.
+  std::vector<Bytes> want;
+  for (uint8_t round = 0; round < 40; ++round) {
+    for (uint8_t i = 0; i < 32; ++i) {
+      Bytes f = mac_frame(0xff, 2, i < 12 ? 30 : 20, 60 + i);
+      f[20] = round;
+      f[21] = i;
+      r.wire[2]->receive(f);
+      if (i < 12) continue;
+      want.push_back(mac_frame(0xff, 2, 0, 60 + i));  // as it leaves b: untagged
+      want.back()[16] = round;
+      want.back()[17] = i;
+    }
+    r.run();
+  }
+  EXPECT_EQ(vlan_drops(r, 2), 40u * 12);
+  const std::vector<Bytes> got = frames_sent(r.wire[1]);
+  EXPECT_EQ(got.size(), want.size());
+  EXPECT_TRUE(got == want) << "frames to b changed, lost or repeated";
+  EXPECT_TRUE(r.wire[2]->inbox.empty()) << r.wire[2]->inbox.size() << " frames found no buffer";
+  for (const auto& u : r.up) EXPECT_EQ(u->queue_counters(0).bad_used, 0u);
+}
+
 TEST(UplinkVlan, PortsOfEveryVlanKeepTagsAndCarryUntaggedFramesInVlanZero) {
   UplinkRig r = vlan_rig();
   r.wire[3]->receive(mac_frame(0xff, 4, 10));  // c, tagged 10: to a (untagged), t (tagged)
