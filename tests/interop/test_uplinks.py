@@ -350,8 +350,9 @@ class Uplinks(unittest.TestCase):
             self.assertGreater(passed_in, 0)
             self.assertGreater(passed_out, 0)
             self.assertEqual(delta(s1, s0, "host", "offload", "sw_gso_frames"), 0)
-            self.assertEqual(s1["host"]["uplink"]["device"],
-                             {"rx_truncated": 0, "tx_errors": 0})
+            dev = s1["host"]["uplink"]["device"]
+            self.assertEqual((dev["rx_truncated"], dev["tx_errors"], dev["tx_control_errors"]),
+                             (0, 0, 0), dev)
 
     # -- 5. VLANs ----------------------------------------------------------------------------
     def test_5_vlans(self):
