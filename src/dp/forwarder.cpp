@@ -402,6 +402,14 @@ uint32_t Forwarder::vlan_ingress(uint32_t in, uint32_t k) {
     else gather_copy(h, sl.segs, sl.nsegs, 0, std::min<uint32_t>(16, sl.len));
     uint16_t vid = 0;
     sl.tagged = sl.len >= 16 && vlan_tag(h, &vid);
+    // A tag may be taken off on the way out (vlan_view), moving csum_start 4 bytes back:
+    // a checksum that starts before the end of the tag would then start before the frame
+    // (csum_start wraps to ~65532) and be filled in out of bounds. No real frame's does.
+    if (sl.tagged && (sl.hdr.flags & virtio::kNetHdrFNeedsCsum) &&
+        sl.hdr.csum_start < 12 + kVlanTagLen) [[unlikely]] {
+      counters_[in].drop(Drop::kBadCsum);
+      continue;
+    }
     const int v = tables_->vlan[in].ingress(sl.tagged, vid);
     if (v < 0) {
       counters_[in].drop(Drop::kVlanNotAllowed);
