@@ -55,8 +55,23 @@ void print_ports(const Json& r) {
                p["name"].get<std::string>(), p["type"].get<std::string>(),
                p["path"].get<std::string>(), p["state"].get<std::string>(),
                p["pmd"].get<int>() < 0 ? std::string("none") : std::to_string(p["pmd"].get<int>()),
-               p["connects"].get<uint64_t>(), mtu(p.value("mtu_config", 0u)),
+               p.value("connects", uint64_t{0}), mtu(p.value("mtu_config", 0u)),
                mtu(p["mtu"].get<uint32_t>()), p["features"].get<std::string>());
+    // Uplinks and tunnels have no vrings or connects (an absent key on a const json is an
+    // assertion, or undefined behaviour without assertions): their link, and a tunnel.
+    if (p.contains("link"))
+      fmt::print("  link {}, queue size {}{}\n", p.value("link", std::string()), p.value("queue_size", 0u),
+                 p.contains("underlay_of") ? ", underlay of " + p["underlay_of"].dump() : std::string());
+    if (p.contains("tunnel") && p["tunnel"].is_object()) {
+      const Json& t = p["tunnel"];
+      fmt::print("  {} VNI {} local {} ({}) on {}, {} learned MAC(s)\n", t.value("kind", std::string()),
+                 t.value("vni", 0u), t.value("local", std::string()), t.value("mac", std::string()),
+                 t.value("uplink", std::string()), t.value("learned_macs", 0u));
+      for (const auto& r : t.value("remotes", Json::array()))
+        fmt::print("    remote {} {}\n", r.value("ip", std::string()),
+                   r.value("resolved", false) ? "at " + r.value("next_hop", std::string()) : std::string("unresolved"));
+    }
+    if (!p.contains("vrings")) continue;
     for (const auto& v : p["vrings"]) {
       fmt::print("  vring {} (queue pair {}) {:<9} {:<6} size {:<5} {}{}{}\n", v["index"].get<int>(),
                  v.value("queue", 0), v["role"].get<std::string>(),
