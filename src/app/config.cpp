@@ -74,6 +74,15 @@ std::optional<port::PortConfig> parse_port_spec(const std::string& spec, std::st
   return c;
 }
 
+namespace {
+/// A VLAN number as written: 1 to 4 decimal digits (sscanf's %u took "4294967306" as 10).
+bool vid_digits(const std::string& s, unsigned* out) {
+  if (s.empty() || s.size() > 4 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+  *out = static_cast<unsigned>(std::stoul(s));
+  return true;
+}
+}  // namespace
+
 bool parse_vlan_list(const std::string& s, std::vector<uint16_t>* out, std::string* err) {
   std::set<uint16_t> v;
   size_t i = 0;
@@ -83,13 +92,11 @@ bool parse_vlan_list(const std::string& s, std::vector<uint16_t>* out, std::stri
     const std::string item = s.substr(i, j - i);
     const size_t dash = item.find('-');
     unsigned lo = 0, hi = 0;
-    char tail = 0;
     const bool ok = dash == std::string::npos
-                        ? std::sscanf(item.c_str(), "%u%c", &lo, &tail) == 1
-                        : std::sscanf(item.c_str(), "%u-%u%c", &lo, &hi, &tail) == 2;
+                        ? vid_digits(item, &lo)
+                        : vid_digits(item.substr(0, dash), &lo) && vid_digits(item.substr(dash + 1), &hi);
     if (dash == std::string::npos) hi = lo;
-    if (!ok || item.empty() || !std::isdigit(static_cast<unsigned char>(item[0])) || lo < 1 ||
-        hi > dp::kMaxVid || lo > hi) {
+    if (!ok || lo < 1 || hi > dp::kMaxVid || lo > hi) {
       *err = fmt::format("VLAN list '{}': '{}' is not a VLAN (1..{}) or an ascending range", s,
                          item, dp::kMaxVid);
       return false;
@@ -105,9 +112,7 @@ bool set_port_setting(port::PortConfig* c, const std::string& key, const std::st
                       std::string* err) {
   auto vid = [&](uint16_t* out) {
     unsigned v = 0;
-    char tail = 0;
-    if (std::sscanf(value.c_str(), "%u%c", &v, &tail) != 1 || v > dp::kMaxVid ||
-        !std::isdigit(static_cast<unsigned char>(value[0]))) {
+    if (!vid_digits(value, &v) || v > dp::kMaxVid) {
       *err = fmt::format("port {}: {}={}: a VLAN is 1..{} (0: none)", c->name, key, value, dp::kMaxVid);
       return false;
     }

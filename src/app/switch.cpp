@@ -250,12 +250,18 @@ void Switch::announce(uint32_t port, const uint8_t mac[6]) {
                         : pv.mode == dp::PortVlan::Mode::kTrunk ? pv.native : 0;
   const dp::Mac key = tables_.vlans ? dp::vlan_key(m, vlan) : m;
   const bool ok = dp::mac_is_learnable(m) && fdb_.learn(key, port, tables_.now_s.load());
-  const uint32_t sent = ok ? send_rarp(port, mac, vlan) : 0;
+  // The RARPs are bounded per port (app/announce_limiter.h): a front-end can send SEND_RARP
+  // in a loop, each one a broadcast on every uplink. Learning is not (a frame's source is
+  // learned as cheaply, and the MAC limit bounds it).
+  const bool announce = ok && announce_limit_.allow(port, mono_ms());
+  const uint32_t sent = announce ? send_rarp(port, mac, vlan) : 0;
   // Rate-limited: a front-end can send SEND_RARP in a loop (a log line per wake-up).
   VL_LOG_RL(spdlog::level::info, "port {}: SEND_RARP for {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}: {}",
             ports_[port]->name(), mac[0], mac[1], mac[2], mac[3], mac[4], mac[5],
-            ok ? fmt::format("learned on this port, RARP sent on {} uplink(s) and tunnel(s)", sent)
-               : std::string("not learned"));
+            announce ? fmt::format("learned on this port, RARP sent on {} uplink(s) and tunnel(s)", sent)
+            : ok     ? fmt::format("learned on this port, no RARP (more than {} a second from this port)",
+                                   AnnounceLimiter::kPerSecond)
+                     : std::string("not learned"));
 }
 
 uint32_t Switch::send_rarp(uint32_t from, const uint8_t mac[6], uint16_t vlan) {
@@ -285,6 +291,7 @@ void Switch::teardown() {
 control::Json Switch::stats() const {
   control::Json j = stats_json(view());
   // hostile-inputs.md item 22: guest memory over every port (--max-total-guest-memory).
+  j["rarp"] = {{"announced", announce_limit_.allowed()}, {"rate_limited", announce_limit_.limited()}};
   j["guest_memory"] = {{"mapped_bytes", mem_budget_.used()},
                        {"limit_bytes", mem_budget_.limit()},
                        {"refused", mem_budget_.refused()}};

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "app/announce_limiter.h"
 #include "app/config.h"
 #include "app/links.h"
 #include "control/control_server.h"
@@ -90,6 +91,7 @@ class Switch {
   control::ControlServer ctl_;
   UniqueFd epoll_, timer_, signal_;
   std::atomic<bool> stop_{false};
+  AnnounceLimiter announce_limit_;  ///< SEND_RARP per port (control thread)
   uint64_t start_ns_ = 0;
 };
 

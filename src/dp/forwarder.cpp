@@ -405,6 +405,14 @@ uint32_t Forwarder::vlan_ingress(uint32_t in, uint32_t k) {
     else gather_copy(h, sl.segs, sl.nsegs, 0, std::min<uint32_t>(16, sl.len));
     uint16_t vid = 0;
     sl.tagged = vlan_tag(h, &vid);  // (h is zeros past the end of a shorter frame)
+    // A tag may be taken off on the way out (vlan_view), moving csum_start 4 bytes back:
+    // a checksum that starts before the end of the tag would then start before the frame
+    // (csum_start wraps to ~65532) and be filled in out of bounds. No real frame's does.
+    if (sl.tagged && (sl.hdr.flags & virtio::kNetHdrFNeedsCsum) &&
+        sl.hdr.csum_start < 12 + kVlanTagLen) [[unlikely]] {
+      counters_[in].drop(Drop::kBadCsum);
+      continue;
+    }
     // A tag needs the ethertype after it (18 bytes in all): a shorter frame with the 802.1Q
     // TPID is in no VLAN (untagging it would leave less than an Ethernet header; the
     // kernel's skb_vlan_untag drops it too).

@@ -232,3 +232,35 @@ TEST(ConfigToml, ErrorsNameTheKeyAndChangeNothing) {
 
 }  // namespace
 }  // namespace vl::app
+
+namespace vl::app {
+namespace {
+
+// VLAN numbers are 1..4 digits: sscanf's %u wrapped "4294967306" to 10, accepted as VLAN 10
+// (--port-set u:vlan=4294967306, trunks=4294967306, TOML trunks = [4294967306]).
+TEST(ConfigVlan, NumbersThatWrapAreRefused) {
+  std::vector<uint16_t> v;
+  std::string err;
+  EXPECT_FALSE(parse_vlan_list("4294967306", &v, &err));
+  EXPECT_FALSE(parse_vlan_list("1-4294967306", &v, &err));
+  EXPECT_FALSE(parse_vlan_list("00010", &v, &err));
+  EXPECT_FALSE(parse_vlan_list("+10", &v, &err));
+  EXPECT_FALSE(parse_vlan_list(" 10", &v, &err));
+  EXPECT_FALSE(parse_vlan_list("10-", &v, &err));
+  EXPECT_FALSE(parse_vlan_list("-10", &v, &err));
+  EXPECT_FALSE(parse_vlan_list("10-20-30", &v, &err));
+  EXPECT_FALSE(parse_vlan_list("4095", &v, &err));
+  ASSERT_TRUE(parse_vlan_list("10,20-22,4094", &v, &err)) << err;
+  EXPECT_EQ(v, (std::vector<uint16_t>{10, 20, 21, 22, 4094}));
+  port::PortConfig c;
+  c.name = "u";
+  EXPECT_FALSE(set_port_setting(&c, "vlan", "4294967306", &err));
+  EXPECT_FALSE(set_port_setting(&c, "native_vlan", "65546", &err));
+  EXPECT_EQ(c.vlan, 0);
+  ASSERT_TRUE(set_port_setting(&c, "vlan", "10", &err)) << err;
+  EXPECT_EQ(c.vlan, 10);
+  EXPECT_TRUE(set_port_setting(&c, "vlan", "0", &err));  // 0: none
+}
+
+}  // namespace
+}  // namespace vl::app

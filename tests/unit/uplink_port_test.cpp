@@ -334,5 +334,34 @@ TEST(UplinkVlan, AddingATagMovesTheOffloadOffsetsOfAWholeTsoFrame) {
   EXPECT_EQ(Bytes(f.begin() + 16, f.end()), Bytes(tso.f.begin() + 12, tso.f.end()));
 }
 
+// A tagged frame whose partial checksum starts before the end of its tag: taking the tag
+// off (to an access port) moved csum_start 4 bytes back, wrapping to 65532, and the
+// checksum was filled in from there for a port without GUEST_CSUM (an out-of-bounds read
+// of 4 GiB). Refused on its way in, as bad_csum.
+TEST(UplinkVlan, ATaggedFrameWhoseChecksumStartsInItsTagIsBadCsum) {
+  UplinkRig r({false, false, false, true}, dp::ForwardMode::kBridge, [](uint32_t i, port::PortConfig& c) {
+    if (i == 0) c.vlan = 10;
+    if (i == 1) c.vlan = 20;
+    if (i == 2) c.trunks = {10, 20};
+  });
+  for (uint16_t start = 0; start < 16; ++start) {
+    virtio::NetHdr h{};
+    h.flags = virtio::kNetHdrFNeedsCsum;
+    h.csum_start = start;
+    h.csum_offset = 0;
+    r.wire[3]->receive(mac_frame(0xff, 4, 10), h);  // c (every VLAN), tagged 10
+  }
+  virtio::NetHdr ok{};
+  ok.flags = virtio::kNetHdrFNeedsCsum;
+  ok.csum_start = 16;  // from the ethertype after the tag on: still inside the frame
+  ok.csum_offset = 0;
+  r.wire[3]->receive(mac_frame(0xff, 4, 10), ok);
+  r.run();
+  EXPECT_EQ(r.counters(3).drops[static_cast<uint32_t>(port::Drop::kBadCsum)], 16u);
+  ASSERT_EQ(r.wire[0]->sent.size(), 1u);  // the last one only, untagged, its checksum filled
+  EXPECT_EQ(r.wire[0]->sent[0].size(), wire::kHdrLen + mac_frame(0xff, 4).size());
+  EXPECT_EQ(r.wire[2]->sent.size(), 1u);
+}
+
 }  // namespace
 }  // namespace vl::test
