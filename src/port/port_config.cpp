@@ -38,6 +38,12 @@ bool parse_mac(const std::string& s, uint8_t out[6]) {
   for (int i = 0; i < 6; ++i) out[i] = static_cast<uint8_t>(v[i]);
   return true;
 }
+/// Not 0.0.0.0, 255.255.255.255, multicast (224/4) or 240/4 (`ip` in network byte order).
+bool unicast_ipv4(uint32_t ip) {
+  uint8_t b[4];
+  std::memcpy(b, &ip, 4);
+  return ip != 0 && b[0] < 224;
+}
 bool parse_uint(const std::string& s, uint32_t hi, uint32_t* out) {
   if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) return false;
   const unsigned long v = std::stoul(s);
@@ -65,7 +71,7 @@ bool parse_vxlan_arg(const std::string& arg, VxlanSettings* out, std::string* er
     if (key == "uplink" && !val.empty()) {
       v.uplink = val;
     } else if (key == "local") {
-      if (!parse_ipv4(val, &v.local_ip)) return bad(item, "an IPv4 address");
+      if (!parse_ipv4(val, &v.local_ip) || !unicast_ipv4(v.local_ip)) return bad(item, "a unicast IPv4 address");
     } else if (key == "vni") {
       if (!parse_uint(val, 0xffffff, &v.vni)) return bad(item, "a VNI is 0..16777215");
       have_vni = true;
@@ -75,7 +81,8 @@ bool parse_vxlan_arg(const std::string& arg, VxlanSettings* out, std::string* er
         size_t b = val.find('+', a);
         if (b == std::string::npos) b = val.size();
         uint32_t ip;
-        if (!parse_ipv4(val.substr(a, b - a), &ip)) return bad(item, "IPv4 addresses joined by '+'");
+        if (!parse_ipv4(val.substr(a, b - a), &ip) || !unicast_ipv4(ip))
+          return bad(item, "unicast IPv4 addresses joined by '+'");
         if (std::find(v.remotes.begin(), v.remotes.end(), ip) == v.remotes.end()) v.remotes.push_back(ip);
         a = b + 1;
       }
@@ -86,7 +93,7 @@ bool parse_vxlan_arg(const std::string& arg, VxlanSettings* out, std::string* er
       if (!parse_uint(val, 65535, &p) || !p) return bad(item, "a UDP port 1..65535");
       v.dst_port = static_cast<uint16_t>(p);
     } else if (key == "gateway_mac") {
-      if (!parse_mac(val, v.gateway_mac)) return bad(item, "a MAC address");
+      if (!parse_mac(val, v.gateway_mac) || (v.gateway_mac[0] & 1)) return bad(item, "a unicast MAC address");
       v.has_gateway_mac = true;
     } else if (key == "mac") {
       if (!parse_mac(val, v.mac) || (v.mac[0] & 1)) return bad(item, "a unicast MAC address");

@@ -211,8 +211,11 @@ bool VxlanWire::demux(VxlanWire* const* t, uint32_t n, uint32_t q, const uint8_t
   for (uint32_t i = 0; i < n && !first; ++i)
     if (t[i]->s_.local_ip == dst) first = t[i];
   if (!first || ip[9] != 17) return false;  // not to us, or not UDP (ICMP: the host's)
-  if (!first->open_.load(std::memory_order_acquire)) return true;  // (stopping)
   VxlanRxCounters& c = first->rxc_[q];
+  if (!first->open_.load(std::memory_order_acquire)) {  // (stopping)
+    bump(c.tunnel_down);
+    return true;
+  }
   const uint32_t ihl = (ip[0] & 0xf) * 4u;
   const uint32_t total = be16(ip + 2);
   // RFC 791: version 4, a header of 20..60 bytes inside the total length, inside the frame
@@ -261,8 +264,10 @@ bool VxlanWire::demux(VxlanWire* const* t, uint32_t n, uint32_t q, const uint8_t
   const uint32_t vni = be16(udp + 12) << 8 | udp[14];
   for (uint32_t i = 0; i < n; ++i) {
     VxlanWire* w = t[i];
-    if (w->s_.local_ip == dst && w->s_.vni == vni && w->open_.load(std::memory_order_acquire))
-      return w->accept(q, hdr, ip, udp, udp_len, load32(ip + 12));
+    if (w->s_.local_ip != dst || w->s_.vni != vni) continue;
+    if (w->open_.load(std::memory_order_acquire)) return w->accept(q, hdr, ip, udp, udp_len, load32(ip + 12));
+    bump(c.tunnel_down);
+    return true;
   }
   bump(c.wrong_vni);
   return true;
@@ -388,14 +393,18 @@ bool VxlanWire::on_arp(uint32_t q, const uint8_t* f, uint32_t len) {
   const int r = remote_index(a.spa);
   // Any ARP from a remote tells its MAC (request, reply, gratuitous), unless a gateway is
   // the next hop.
-  if (r >= 0 && !s_.has_gateway_mac && !(a.sha[0] & 1)) {
+  if (r >= 0 && !s_.has_gateway_mac && !(a.sha[0] & 1) && mac48(a.sha) != 0) {
     const uint64_t v = mac48(a.sha) | kResolved;
     if (next_hop_[r].exchange(v, std::memory_order_relaxed) != v)
       VL_LOG_RL(spdlog::level::info, "port {}: remote VTEP {} is at {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
                 name_, ip_str(a.spa), a.sha[0], a.sha[1], a.sha[2], a.sha[3], a.sha[4], a.sha[5]);
   }
   if (a.tpa != s_.local_ip || a.spa == s_.local_ip) return false;
-  if (a.op == wire::kArpRequest && open_.load(std::memory_order_acquire)) {
+  if (a.op != wire::kArpRequest || !open_.load(std::memory_order_acquire)) {
+    if (a.op != wire::kArpReply) bump(rxc_[q].arp_ignored);  // (a reply was used above)
+    return true;
+  }
+  {
     // At most kArpRepliesPerSec a second: each is a system call on a PMD thread.
     const uint64_t now = mono_s();
     uint64_t w = arp_window_.load(std::memory_order_relaxed);
@@ -574,9 +583,11 @@ void VxlanWire::counters(wire::DeviceCounters* out) const {
     r.wrong_vni += peek(a.wrong_vni);
     r.unknown_vtep += peek(a.unknown_vtep);
     r.outer_gso += peek(a.outer_gso);
+    r.tunnel_down += peek(a.tunnel_down);
     r.ring_full += peek(a.ring_full);
     r.arp_replies += peek(a.arp_replies);
     r.arp_rate_limited += peek(a.arp_rate_limited);
+    r.arp_ignored += peek(a.arp_ignored);
     const VxlanTxCounters& b = txc_[q];
     t.encap += peek(b.encap);
     t.flooded += peek(b.flooded);
@@ -595,11 +606,13 @@ void VxlanWire::counters(wire::DeviceCounters* out) const {
   out->emplace_back("wrong_vni", r.wrong_vni);
   out->emplace_back("unknown_vtep", r.unknown_vtep);
   out->emplace_back("outer_gso", r.outer_gso);
+  out->emplace_back("tunnel_down", r.tunnel_down);
   out->emplace_back("rx_ring_full", r.ring_full);
   out->emplace_back("no_neighbor", t.no_neighbor);
   out->emplace_back("underlay_dropped", t.underlay_dropped);
   out->emplace_back("arp_replies", r.arp_replies);
   out->emplace_back("arp_rate_limited", r.arp_rate_limited);
+  out->emplace_back("arp_ignored", r.arp_ignored);
   out->emplace_back("arp_requests", __atomic_load_n(&arp_requests_, __ATOMIC_RELAXED));
   out->emplace_back("learned_macs", learned_macs());
 }

@@ -33,6 +33,8 @@ struct alignas(64) VxlanRxCounters {
   uint64_t ring_full = 0;     ///< the tunnel's receive ring was full
   uint64_t arp_replies = 0;   ///< ARP requests for the local address answered
   uint64_t arp_rate_limited = 0;  ///< ARP requests not answered (over kArpRepliesPerSec)
+  uint64_t arp_ignored = 0;   ///< ARP for the local address neither a request nor a reply
+  uint64_t tunnel_down = 0;   ///< packets for a tunnel that was stopping
 };
 
 /// What encapsulation counted on one queue of the tunnel (its writer thread's).

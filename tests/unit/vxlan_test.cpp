@@ -160,7 +160,11 @@ TEST(Vxlan, ParsesItsArgumentAndRefusesWhatIsMissingOrWrong) {
                           "uplink=up,local=10.0.0.1,vni=1,remote=10.0.0.1",
                           "uplink=up,local=10.0.0.1,vni=1,remote=10.0.0.2,mac=01:00:00:00:00:01",
                           "uplink=up,local=10.0.0.1,vni=1,remote=10.0.0.2,colour=blue",
-                          "uplink=up,local=10.0.0.1,vni=-1,remote=10.0.0.2"}) {
+                          "uplink=up,local=10.0.0.1,vni=-1,remote=10.0.0.2",
+                          "uplink=up,local=10.0.0.1,vni=1,remote=224.0.0.5",
+                          "uplink=up,local=10.0.0.1,vni=1,remote=0.0.0.0",
+                          "uplink=up,local=255.255.255.255,vni=1,remote=10.0.0.2",
+                          "uplink=up,local=10.0.0.1,vni=1,remote=10.0.0.2,gateway_mac=ff:ff:ff:ff:ff:ff"}) {
     EXPECT_FALSE(port::parse_vxlan_arg(bad, &s, &err)) << bad;
   }
 }
@@ -269,6 +273,23 @@ TEST(Vxlan, AnswersArpForItsAddressOnlyAndAtABoundedRate) {
   EXPECT_EQ(std::memcmp(a.tha, asker, 6), 0);
   EXPECT_EQ(std::memcmp(r.under->control[0].data(), asker, 6), 0);
   EXPECT_TRUE(r.local->sent.empty());  // an underlay switches nothing
+  // Other opcodes for the local address are taken and counted; a remote claiming the
+  // all-zero MAC resolves nothing.
+  q.op = 3;
+  q.tpa = ip4("10.0.0.1");
+  wire::write_arp(f.data(), bc, q);
+  r.under->receive(f);
+  q.op = wire::kArpReply;
+  std::memset(q.sha, 0, 6);
+  q.spa = ip4("10.0.0.2");
+  wire::write_arp(f.data(), bc, q);
+  r.under->receive(f);
+  r.run();
+  EXPECT_EQ(r.dev("arp_ignored"), 1u);
+  EXPECT_FALSE(r.vx->remotes()[0].resolved);
+  std::memcpy(q.sha, asker, 6);
+  q.spa = ip4("10.0.0.9");
+  q.op = wire::kArpRequest;
   EXPECT_EQ(r.up[0]->queue_counters(0).not_for_vtep, 1u);
   // A flood of requests: at most kArpRepliesPerSec answered in a second.
   q.tpa = ip4("10.0.0.1");
