@@ -200,8 +200,13 @@ bool VxlanWire::demux(VxlanWire* const* t, uint32_t n, uint32_t q, const uint8_t
   if (len < 14) return false;
   const uint16_t type = be16(f + 12);
   if (type == wire::kEtherArp) {
+    // Every endpoint learns from it; the first of an address answers for it.
     bool mine = false;
-    for (uint32_t i = 0; i < n; ++i) mine |= t[i]->on_arp(q, f, len);
+    for (uint32_t i = 0; i < n; ++i) {
+      bool first = true;
+      for (uint32_t j = 0; j < i && first; ++j) first = t[j]->s_.local_ip != t[i]->s_.local_ip;
+      mine |= t[i]->on_arp(q, f, len, first);
+    }
     return mine;
   }
   if (type != wire::kEtherIpv4 || len < 14 + 20) return false;
@@ -387,7 +392,7 @@ uint32_t VxlanWire::recv(uint32_t q, wire::Buf* bufs, uint32_t n) {
   }
 }
 
-bool VxlanWire::on_arp(uint32_t q, const uint8_t* f, uint32_t len) {
+bool VxlanWire::on_arp(uint32_t q, const uint8_t* f, uint32_t len, bool answer) {
   wire::ArpView a;
   if (!wire::parse_arp(f, len, &a)) return false;
   const int r = remote_index(a.spa);
@@ -400,6 +405,7 @@ bool VxlanWire::on_arp(uint32_t q, const uint8_t* f, uint32_t len) {
                 name_, ip_str(a.spa), a.sha[0], a.sha[1], a.sha[2], a.sha[3], a.sha[4], a.sha[5]);
   }
   if (a.tpa != s_.local_ip || a.spa == s_.local_ip) return false;
+  if (!answer) return true;  // (another endpoint of this address answers and counts)
   if (a.op != wire::kArpRequest || !open_.load(std::memory_order_acquire)) {
     if (a.op != wire::kArpReply) bump(rxc_[q].arp_ignored);  // (a reply was used above)
     return true;

@@ -117,7 +117,7 @@ class VxlanWire final : public wire::Wire {
   struct RxRing;
   bool accept(uint32_t q, const uint8_t* hdr, const uint8_t* ip, const uint8_t* udp,
               uint32_t udp_len, uint32_t src);
-  bool on_arp(uint32_t q, const uint8_t* f, uint32_t len);
+  bool on_arp(uint32_t q, const uint8_t* f, uint32_t len, bool answer);
   void push_inner(uint32_t q, int remote, const uint8_t* hdr, const uint8_t* inner, uint32_t len,
                   uint32_t inner_off);
   bool write_outer(uint8_t* o, int remote, const uint8_t* inner, uint32_t len);
