@@ -279,9 +279,9 @@ def cycles_table(rows, virtlink_modes, loaded=False):
     then the goals against OVS-DPDK per frame size."""
     short = {"xconnect": "xc", "bridge": "br"}
     cols = ["vl-%s/this" % short.get(m, m) for m in virtlink_modes]
-    lines = ["%-9s %-9s %6s %11s %11s %10s %10s %10s" % (
+    lines = ["%-9s %-9s %6s %11s %11s %10s %10s %9s %10s" % (
         "switch", "mode", "bytes", "offer Mpps", "carry Mpps", "gen cyc/f", "cyc/f@max",
-        "cyc/f@NDR") + "".join(" %10s" % c for c in cols)]
+        "rxq c/f", "cyc/f@NDR") + "".join(" %10s" % c for c in cols)]
     verdicts = []
     for size in sorted({r["frame_size"] for r in rows}):
         block = [r for r in rows if r["frame_size"] == size]
@@ -289,9 +289,11 @@ def cycles_table(rows, virtlink_modes, loaded=False):
         for r in block:
             cyc, mpps, pl, offered, gen_cyc = _cal(r)
             ndr_cyc = (r["cycles_per_packet"] or {}).get("switch")
-            line = "%-9s %-9s %6d %11s %11s %10s %10s %10s" % (
+            rxq = (r.get("search") or {}).get("calibration_rxq_cycles")
+            line = "%-9s %-9s %6d %11s %11s %10s %10s %9s %10s" % (
                 r["switch"], r["mode"], size, fmt_num(offered), fmt_num(mpps),
-                gen_cyc if gen_cyc else "-", cyc if cyc else "-", ndr_cyc if ndr_cyc else "-")
+                gen_cyc if gen_cyc else "-", cyc if cyc else "-", rxq if rxq else "-",
+                ndr_cyc if ndr_cyc else "-")
             for m in virtlink_modes:
                 v = vl.get(m)
                 x, why = cycles_ratio(v, r, loaded) if v is not None and \

@@ -342,18 +342,28 @@ class VirtlinkSwitch:
 
     def _pmd(self):
         st = self.tb.ctl("pmd-stats")
-        return sum(p["packets"] for p in st), sum(p["busy_cycles"] for p in st)
+        rxq = [l for p in st for l in p.get("rxq_loads") or []]
+        return (sum(p["packets"] for p in st), sum(p["busy_cycles"] for p in st),
+                sum(l["packets"] for l in rxq), sum(l["cycles"] for l in rxq))
 
     def cycles_begin(self):
         self._p0 = self._pmd()
 
     def cycles_end(self):
+        """{"switch": busy cycles per frame (whole PMD passes that moved frames), "rxq": the
+        cycles of the rxq polls that returned frames per frame (from the pass's start or
+        the previous such poll: nearer what OVS's processing cycles count)}, or None."""
         if self._p0 is None:
             return None
-        pk, cy = self._pmd()
-        dp, dc = pk - self._p0[0], cy - self._p0[1]
+        now = self._pmd()
+        d = [a - b for a, b in zip(now, self._p0)]
         self._p0 = None
-        return {"switch": round(dc / dp)} if dp > 0 else None
+        if d[0] <= 0:
+            return None
+        out = {"switch": round(d[1] / d[0])}
+        if d[2] > 0:
+            out["rxq"] = round(d[3] / d[2])
+        return out
 
     def stop(self):
         if self.tb.switch is not None and self.tb.switch.returncode is None:

@@ -137,7 +137,7 @@ def measure_point(topo, label, size, opts):
     latency histogram)."""
     tag = "[%s %s %dB]" % (topo.topology, label, size)
     line = line_rate_pps(size) * (1 if topo.topology in topologies.UNIDIRECTIONAL else 2)
-    cal_cycles, cal_pl, cal = None, None, None
+    cal_cycles, cal_pl, cal, cal_rxq = None, None, None, None
     if opts.max_mpps:
         max_pps = opts.max_mpps * 1e6
         cal_pps = None
@@ -151,6 +151,7 @@ def measure_point(topo, label, size, opts):
             cal = topo.trial(0, size, opts.trial, flows=opts.flows)
         cal_pps = cal.rx / cal.duration_s
         cal_cycles = cal.cycles["switch"] if cal.cycles else None
+        cal_rxq = (cal.cycles or {}).get("rxq")
         log("%s calibration (back-pressured, as fast as possible): %.3f Mpps carried, "
             "loss %d, gen TX %.0f cycles/frame, switch %s cycles/frame%s" % (
                 tag, cal_pps / 1e6, cal.lost, cal.doc.get("tx_cycles_per_packet", 0),
@@ -212,6 +213,7 @@ def measure_point(topo, label, size, opts):
         search={"max_mpps": round(max_pps / 1e6, 4),
                 "calibration_mpps": round(cal_pps / 1e6, 4) if cal_pps is not None else None,
                 "calibration_cycles": cal_cycles, "calibration_placement": cal_pl,
+                "calibration_rxq_cycles": cal_rxq,
                 "calibration_offered_mpps": round(cal.offered_pps / 1e6, 4) if cal else None,
                 "calibration_gen_cycles": round(cal.doc.get("tx_cycles_per_packet", 0))
                 if cal else None,
@@ -880,7 +882,11 @@ def main():
                      "this line's ('pl': either trial off near core placement). Each switch "
                      "counts its own busy cycles (virtlink: PMD passes that moved frames, wire "
                      "calls and the kernel's work inside them included; OVS: pmd-stats-show "
-                     "processing cycles; testpmd: --record-core-cycles).")
+                     "processing cycles; testpmd: --record-core-cycles); rxq c/f (virtlink "
+                     "only): the cycles of its rxq polls that returned frames, per frame, "
+                     "in that trial (without the rest of the pass: the empty polls of the "
+                     "other rxqs after them, the pass's bookkeeping), nearer what OVS and "
+                     "testpmd count; the ratios use cyc/f@max.")
         if not opts.no_plot and report.have_gnuplot() and rows:
             name = opts.name + ("-quick" if opts.quick else "") + \
                 ("-" + opts.uplink if opts.uplink else "")
