@@ -412,7 +412,9 @@ class TestpmdSwitch:
             argv += ["--vdev", "net_vhost%d,iface=%s,queues=%d" % (i, socks[p], self.queues)]
         argv += ["--", "--no-mlockall", "--total-num-mbufs=32768", "--forward-mode=io", "-i",
                  "-a", "--record-core-cycles"]
-        if uplinks:
+        if any(UPLINKS[k] == "net_af_xdp" for k, _ in uplinks.values()):
+            # 1518-byte frames are above testpmd's default MTU of 1500 (net_af_packet
+            # refuses a larger one: its largest frame is 1518 bytes, and it takes them).
             argv += ["--max-pkt-len=%d" % (VETH_MTU + 18)]
         if self.queues > 1:
             argv += ["--rxq=%d" % self.queues, "--txq=%d" % self.queues]
@@ -577,9 +579,11 @@ class OvsSwitch:
             for i, name in enumerate(bports):
                 if name in uplinks:
                     kind, iface = uplinks[name]
+                    # net_af_xdp takes the veth's MTU; net_af_packet refuses one above 1500.
+                    mtu = ["mtu_request=%d" % VETH_MTU] if UPLINKS[kind] == "net_af_xdp" else []
                     self.vsctl("add-port", br, name, "--", "set", "Interface", name, "type=dpdk",
                                "options:dpdk-devargs=%s" % uplink_devargs(kind, iface, n_up),
-                               "mtu_request=%d" % VETH_MTU, "ofport_request=%d" % (i + 1))
+                               *mtu, "ofport_request=%d" % (i + 1))
                     n_up += 1
                     continue
                 self.vsctl("add-port", br, name, "--", "set", "Interface", name,

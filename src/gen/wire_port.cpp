@@ -27,7 +27,9 @@ std::unique_ptr<wire::Wire> make_wire(const VPortConfig& c) {
     case PortKind::kDpdk: {
       wire::DpdkWire::Options o;
       o.queues = c.queues;
-      o.rx_desc = o.tx_desc = std::max<uint32_t>(c.queue_size, 512);
+      // At least 1024: DPDK 22.11's net_af_xdp reserves 1024 fill-ring entries per queue at
+      // set-up, and refuses a smaller ring ("Failed to configure xdp socket").
+      o.rx_desc = o.tx_desc = std::max<uint32_t>(c.queue_size, 1024);
       return std::make_unique<wire::DpdkWire>(c.path, o);
     }
     case PortKind::kVhostUser:

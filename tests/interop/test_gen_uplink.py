@@ -13,6 +13,11 @@ are on counters, never on rates.
                                       received or counted dropped where it was (the veth,
                                       the switch's AF_XDP socket, the switch), the JSON's
                                       ports say what each port is.
+  GenUplink.test_dpdk_af_xdp_p2v      P2V with DPDK's net_af_xdp on both ends: gen g0 =
+                                      dpdk:net_af_xdp0,iface=PEER (EAL in the generator)
+                                      -> virtlink dpdk: uplink of the default queue size ->
+                                      vhost-user port -> gen g1: frames cross and are
+                                      counted (rx + lost == offered), the ports say dpdk.
   GenUplink.test_bench_p2v_uplink     `virtlink bench p2v --uplink af-packet` in its
                                       quickest form: bench JSON with every documented key,
                                       the uplink recorded, something measured.
@@ -167,6 +172,29 @@ class GenUplink(unittest.TestCase):
             self.assertGreaterEqual(st["g1"]["tx_packets"], s["rx"])
             # g1 also got g0's learning frame (taken and dropped before the trial).
             self.assertLessEqual(st["g1"]["tx_packets"] - s["rx"], 1)
+
+    @vltest.ctest("interop_gen_uplink_dpdk_p2v", timeout=60)
+    def test_dpdk_af_xdp_p2v(self):
+        with topologies.VethLinks(["u0"]) as links, vltest.Testbed(self) as tb:
+            tb.start_switch(ports=["u0=dpdk:net_af_xdp0,iface=" + links.sw("u0"), "g1"],
+                            forward="xconnect")
+            vltest._wait(lambda: tb.switch_stats()["u0"]["state"] == "connected", 15,
+                         "the dpdk uplink's link up")
+            doc = run_gen(tb, links, [("g0", "dpdk:net_af_xdp0,iface=" + links.gen("u0")),
+                                      ("g1", "vhost-user-client:" + tb.sock("g1"))],
+                          ["--rate", "10000", "--duration", "1", "--unidirectional"])
+            s = doc["streams"][0]
+            self.check_clean_stream(s, lossless=False)
+            ports = {p["name"]: p for p in doc["ports"]}
+            self.assertEqual(ports["g0"]["type"], "dpdk")
+            self.assertEqual(ports["g0"]["target"], "net_af_xdp0,iface=" + links.gen("u0"))
+            self.assertGreaterEqual(ports["g0"]["wire_tx_packets"], s["tx"])
+            self.assertIn("eth_tx_packets", ports["g0"]["device"])
+            st = tb.wait_quiet()
+            self.assertEqual(st["u0"]["type"], "dpdk")
+            self.assertGreaterEqual(st["g1"]["tx_packets"], s["rx"])
+            self.assertEqual(st["g1"]["tx_packets"] + vltest.drops_total(st),
+                             st["u0"]["rx_packets"], vltest.fmt_stats(st))
 
     @vltest.ctest("interop_bench_p2v_uplink", timeout=90)
     def test_bench_p2v_uplink(self):
