@@ -21,10 +21,16 @@ domain per side is not in virtlink). One switch instance per topology and switch
 policy is changed at run time between measurements (`virtlink ctl set-flush all P`,
 `ovs-vsctl set Open_vSwitch . other_config:tx-flush-interval=N`).
 
+With --uplink TYPE the "P" of both is a veth pair instead of a generator's vhost-user port
+(bench/topologies.py UPLINK_TOPOLOGIES): the switch's uplink of that type on one end
+(OVS-DPDK: a dpdk port on the same interface, net_af_xdp or net_af_packet), the generator in
+a namespace of its own behind the other (--gen-wire).
+
 The harness (processes, gen trials, the NDR search, OVS) is bench/topologies.py and
 virtlink_bench.measure_point, shared with p2p/pvp.
 """
 
+import contextlib
 import copy
 import os
 
@@ -76,13 +82,19 @@ def run(opts, measure_point, log):
         for kind, settings in kinds:
             mode = ("bridge" if kind == "virtlink" else "normal") if seed_topo == "p2v" else "xconnect"
             tag = "%s %s/%s" % (seed_topo, kind, mode)
+            uplink = getattr(opts, "uplink", None)
             try:
-                with vltest.Testbed(None) as tb:
+                with contextlib.ExitStack() as stack:
+                    links = stack.enter_context(topologies.VethLinks(
+                        topologies.UPLINK_TOPOLOGIES[seed_topo][2])) if uplink else None
+                    tb = stack.enter_context(vltest.Testbed(None))
                     if kind == "virtlink":
                         sw = topologies.VirtlinkSwitch(tb, mode)
                     else:
                         sw = topologies.OvsSwitch(tb, mode, tx_flush_interval=settings[0])
-                    topo = topologies.Topology(tb, topo_key, sw, queue_size=opts.queue_size)
+                    topo = topologies.Topology(tb, seed_topo if uplink else topo_key, sw,
+                                               queue_size=opts.queue_size, uplink=uplink,
+                                               links=links, gen_wire=opts.gen_wire)
                     topo.start()
                     topo.start_gen(unidirectional=True)
                     n_vnfs = topo.n_vnfs
@@ -101,7 +113,8 @@ def run(opts, measure_point, log):
                                 experiment="batching", topology=seed_topo, switch=kind, mode=mode,
                                 policy=label if kind == "virtlink" else "tx-flush-interval=%d" % setting,
                                 pmd_mode="poll", vnfs=n_vnfs, flows=flows, frame_size=64,
-                                trial_s=opts.trial, streams=1, table="ndr_vs_flows", **fields))
+                                trial_s=opts.trial, streams=1, table="ndr_vs_flows",
+                                uplink=uplink, **fields))
                     if seed_topo == "p2v":
                         if lat_rate["pps"] is None:
                             base = [ndr[("p2v", p, lat_flows)] for p in POLICIES
@@ -140,7 +153,7 @@ def run(opts, measure_point, log):
                                     pmd_mode="poll", vnfs=0, flows=lat_flows, frame_size=size,
                                     trial_s=opts.trial, streams=1, latency_ns=r.latency,
                                     table="latency", latency_rate_mpps=round(rate / 1e6, 4),
-                                    lost=r.lost, offered=r.offered))
+                                    lost=r.lost, offered=r.offered, uplink=uplink))
                     diag = {}
                     if kind == "virtlink":
                         diag["switch_ports"] = {

@@ -232,6 +232,93 @@ def throughput_table(rows, virtlink_modes, loaded=False):
     return lines
 
 
+def _cal(r):
+    """(cycles per frame, Mpps carried, core placement, Mpps offered, the generator's TX
+    cycles per frame) of a row's back-pressured calibration trial."""
+    se = r.get("search") or {}
+    return se.get("calibration_cycles"), se.get("calibration_mpps"), \
+        se.get("calibration_placement"), se.get("calibration_offered_mpps"), \
+        se.get("calibration_gen_cycles")
+
+
+# The anchor each virtlink mode is held to (the uplink goals: cycles per frame <= 0.7x
+# OVS-DPDK's on the same interface, 64 B NDR >= 1.3x).
+GOAL_ANCHOR = {"xconnect": ("ovs-dpdk", "xconnect"), "bridge": ("ovs-dpdk", "normal")}
+GOAL_CYCLES, GOAL_NDR = 0.7, 1.3
+
+
+def cycles_ratio(v, r, loaded):
+    """virtlink row v's calibration cycles per frame over row r's, or why there is none."""
+    vc, rc = _cal(v)[0], _cal(r)[0]
+    if loaded:
+        return None, "taken under load"
+    if not vc or not rc:
+        return None, "no cycle count"
+    if any(_cal(x)[2] not in (None, "near") for x in (v, r)):
+        return None, "core placement not near"
+    return vc / rc, None
+
+
+def ndr_ratio(v, r, loaded):
+    if loaded:
+        return None, "taken under load"
+    if not v.get("ndr_mpps") or not r.get("ndr_mpps"):
+        return None, "no NDR"
+    if lower_bound(v) or lower_bound(r):
+        return None, "a lower bound"
+    if v.get("trials_not_near") or r.get("trials_not_near"):
+        return None, "a trial off near core placement"
+    return v["ndr_mpps"] / r["ndr_mpps"], None
+
+
+def cycles_table(rows, virtlink_modes, loaded=False):
+    """The switches' busy cycles per frame (uplink benches): in the back-pressured
+    calibration trial, where the generator sends as fast as it can (the same offered load
+    for every switch of the run), and at NDR; virtlink's calibration figure over each
+    other configuration's ('pl': either trial off near core placement; none under load);
+    then the goals against OVS-DPDK per frame size."""
+    short = {"xconnect": "xc", "bridge": "br"}
+    cols = ["vl-%s/this" % short.get(m, m) for m in virtlink_modes]
+    lines = ["%-9s %-9s %6s %11s %11s %10s %10s %9s %10s" % (
+        "switch", "mode", "bytes", "offer Mpps", "carry Mpps", "gen cyc/f", "cyc/f@max",
+        "rxq c/f", "cyc/f@NDR") + "".join(" %10s" % c for c in cols)]
+    verdicts = []
+    for size in sorted({r["frame_size"] for r in rows}):
+        block = [r for r in rows if r["frame_size"] == size]
+        vl = {r["mode"]: r for r in block if r["switch"] == "virtlink"}
+        for r in block:
+            cyc, mpps, pl, offered, gen_cyc = _cal(r)
+            ndr_cyc = (r["cycles_per_packet"] or {}).get("switch")
+            rxq = (r.get("search") or {}).get("calibration_rxq_cycles")
+            line = "%-9s %-9s %6d %11s %11s %10s %10s %9s %10s" % (
+                r["switch"], r["mode"], size, fmt_num(offered), fmt_num(mpps),
+                gen_cyc if gen_cyc else "-", cyc if cyc else "-", rxq if rxq else "-",
+                ndr_cyc if ndr_cyc else "-")
+            for m in virtlink_modes:
+                v = vl.get(m)
+                x, why = cycles_ratio(v, r, loaded) if v is not None and \
+                    r["switch"] != "virtlink" else (None, None)
+                line += " %10s" % ("%.2fx" % x if x is not None else
+                                   "pl" if why == "core placement not near" else "-")
+            lines.append(line + ("" if pl in (None, "near") else "  (%s)" % pl))
+        for m in virtlink_modes:
+            v = vl.get(m)
+            a = next((r for r in block if (r["switch"], r["mode"]) == GOAL_ANCHOR[m]), None)
+            if v is None or a is None:
+                continue
+            c, cwhy = cycles_ratio(v, a, loaded)
+            n, nwhy = ndr_ratio(v, a, loaded)
+            verdicts.append(
+                "goal %d B virtlink/%s vs %s/%s: cycles per frame %s (goal <= %.1fx); NDR %s"
+                % (size, m, a["switch"], a["mode"],
+                   "%.2fx: %s" % (c, "met" if c <= GOAL_CYCLES else "not met") if c is not None
+                   else "no ratio (%s)" % cwhy, GOAL_CYCLES,
+                   ("%.2fx%s" % (n, " (goal >= %.1fx: %s)" % (
+                       GOAL_NDR, "met" if n >= GOAL_NDR else "not met") if size == 64 else "")
+                    if n is not None else "no ratio (%s)" % nwhy)))
+    return lines + verdicts
+
+
 def lower_bound(r):
     """True if the row's NDR is a lower bound (generator-limited, or at the search maximum)."""
     return bool(r.get("ndr_gen_limited") or r.get("ndr_at_max"))

@@ -11,11 +11,22 @@ directories and DPDK runtime directories removed).
 
 Ports (gen = `virtlink gen`, vnfN = `virtlink vnf`):
   p2p   gen:g0 -> [g0 switch g1] -> gen:g1                         (and back)
+  p2v   gen:g0 -> [g0 switch g1] -> gen:g1                         (one way: g1 is the "V")
   pvp   gen:g0 -> [g0 - v0] -> vnf0 -> [v1 - g1] -> gen:g1          (and back)
   pvvp  gen:g0 -> [g0 - v0] -> vnf0 -> [v1 - w0] -> vnf1 -> [w1 - g1] -> gen:g1
 The switch cross-connects the pairs in brackets (virtlink xconnect, testpmd io forwarding's
 paired ports, OVS port-to-port flows), or learns MAC addresses (virtlink bridge, OVS
-NORMAL: p2p only, one bridge domain; PVP needs one per side, which virtlink has not).
+NORMAL: p2p and p2v only, one bridge domain; PVP needs one per side, which virtlink has not).
+
+With an uplink (`Topology(..., uplink="af-xdp"|"af-packet"|"dpdk-af-xdp")`, bench p2v/pvp
+--uplink) the "P" is a veth pair: the switch's end in this namespace is its uplink port
+(u0, u1), the peer end is in a network namespace of the generator's own (VethLinks), where
+`virtlink gen` runs with a wire port on it (gen --port g0=af-xdp:PEER or af-packet:PEER):
+  p2v   gen:g0 ~veth~ [u0 switch g1] -> gen:g1 (vhost-user: the "V")     (one way)
+  pvp   gen:g0 ~veth~ [u0 - v0] -> vnf0 -> [v1 - u1] ~veth~ gen:g1        (and back)
+The uplink on the switch's side: virtlink `af-xdp:IF`, `af-packet:IF` or `dpdk:net_af_xdpN,
+iface=IF`; testpmd and OVS-DPDK a DPDK vdev on the same interface (net_af_xdp for af-xdp and
+dpdk-af-xdp, net_af_packet for af-packet; OVS: a `type=dpdk` port with dpdk-devargs).
 
 Core plan on the 2-CPU machine: the switch's PMD (virtlink PMD thread, testpmd's forwarding
 lcore, OVS's PMD thread) busy-polls on CPU 1; the generator busy-polls on CPU 0; VNFs run in
@@ -44,15 +55,137 @@ OVS_SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
 # (port 0, port 1).
 TOPOLOGIES = {
     "p2p": (["g0", "g1"], []),
+    "p2v": (["g0", "g1"], []),
     "pvp": (["g0", "v0", "v1", "g1"], [("v0", "v1")]),
     "pvvp": (["g0", "v0", "v1", "w0", "w1", "g1"], [("v0", "v1"), ("w0", "w1")]),
 }
+# One-way topologies: only the generator's first port sends (gen --unidirectional).
+UNIDIRECTIONAL = {"p2v"}
+
+# With an uplink: (switch ports in cross-connect order, VNF ports, the ports that are
+# uplinks on veths). The generator faces the first and the last port, as above.
+UPLINK_TOPOLOGIES = {
+    "p2v": (["u0", "g1"], [], ["u0"]),
+    "pvp": (["u0", "v0", "v1", "u1"], [("v0", "v1")], ["u0", "u1"]),
+}
+# --uplink: the switch side's port type (virtlink) and the DPDK vdev driver the anchors use.
+UPLINKS = {"af-xdp": "net_af_xdp", "af-packet": "net_af_packet", "dpdk-af-xdp": "net_af_xdp"}
+# The generator's side of the veth (gen --port TYPE:PEER).
+GEN_WIRES = ("af-xdp", "af-packet")
+# MTU of the veth pairs: 1518-byte frames (no FCS) are 1504 bytes of L3, above 1500.
+VETH_MTU = 2000
 
 CORE_PLAN = ("switch PMD (virtlink PMD thread, testpmd forwarding lcore, or OVS PMD thread) "
              "busy-polls on CPU %d; the generator (virtlink gen, one thread: transmit and "
              "receive) busy-polls on CPU %d; VNFs (virtlink vnf, io forwarding) run in "
              "interrupt mode, unpinned, sharing both CPUs; testpmd's main lcore and OVS's "
              "non-PMD threads mostly sleep" % (SWITCH_CPU, GEN_CPU))
+UPLINK_CORE_PLAN = (
+    "; on the veths the kernel's work runs on the sender's CPU: a frame the generator sends "
+    "is carried through the veth into the switch's socket (softirq: veth, XDP program or "
+    "packet tap, copy into its AF_XDP UMEM or TPACKET ring) on CPU %d inside the generator's "
+    "send call, and one the switch sends reaches the generator's socket the same way on CPU "
+    "%d, counted in the switch's busy cycles" % (GEN_CPU, SWITCH_CPU))
+
+
+# ---------------------------------------------------------------------------------------
+# veth pairs for the uplink topologies
+
+def _ip(*args, ns=None, check=True):
+    argv = ["ip"] + (["-n", ns] if ns else []) + list(args)
+    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=30)
+    if check and r.returncode != 0:
+        raise RuntimeError("%s failed: %s" % (" ".join(argv), r.stderr.strip()))
+    return r
+
+
+def _no_ipv6(dev, ns=None):
+    """No IPv6 on `dev` (no router solicitations or MLD reports among the test frames)."""
+    argv = (["ip", "netns", "exec", ns] if ns else []) + [
+        "sysctl", "-qw", "net.ipv6.conf.%s.disable_ipv6=1" % dev]
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+
+
+def sweep_stale_netns():
+    """Deletes the generator namespaces (vlb-PID) of bench runs that were killed outright;
+    their veth pairs go with them."""
+    r = _ip("netns", "list", check=False)
+    for line in r.stdout.splitlines():
+        m = re.match(r"vlb-(\d+)\b", line.strip())
+        if m and int(m.group(1)) != os.getpid() and not vltest._pid_alive(int(m.group(1))):
+            _ip("netns", "del", "vlb-" + m.group(1), check=False)
+
+
+class VethLinks:
+    """One veth pair per uplink port: the switch's end in this namespace (vbNNNNNsI), the
+    generator's (vbNNNNNgI) in the namespace vlb-PID; both up, MTU VETH_MTU, no IPv6.
+    A context manager: leaving it deletes the namespace, and the pairs with it.
+
+        with VethLinks(["u0"]) as links:
+            links.sw("u0"), links.gen("u0"), links.ns
+    """
+
+    def __init__(self, names, mtu=VETH_MTU):
+        self.ns = "vlb-%d" % os.getpid()
+        tag = "vb%05d" % (os.getpid() % 100000)
+        self.pairs = {n: ("%ss%d" % (tag, i), "%sg%d" % (tag, i)) for i, n in enumerate(names)}
+        self.mtu = mtu
+        self.made = False
+
+    def sw(self, name):
+        return self.pairs[name][0]
+
+    def gen(self, name):
+        return self.pairs[name][1]
+
+    def __enter__(self):
+        self.create()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def create(self):
+        sweep_stale_netns()
+        _ip("netns", "del", self.ns, check=False)
+        _ip("netns", "add", self.ns)
+        self.made = True
+        _ip("link", "set", "lo", "up", ns=self.ns)
+        for sw, gen in self.pairs.values():
+            _ip("link", "del", sw, check=False)
+            _ip("link", "add", sw, "mtu", str(self.mtu), "type", "veth", "peer", "name", gen,
+                "mtu", str(self.mtu), "netns", self.ns)
+            _no_ipv6(sw)
+            _no_ipv6(gen, self.ns)
+            _ip("link", "set", sw, "up")
+            _ip("link", "set", gen, "up", ns=self.ns)
+
+    def close(self):
+        if self.made:
+            _ip("netns", "del", self.ns, check=False)
+            for sw, _ in self.pairs.values():  # gone with their peers; in case one was not
+                _ip("link", "del", sw, check=False)
+            self.made = False
+
+
+def uplink_devargs(uplink, iface, index):
+    """The DPDK vdev an anchor (testpmd, OVS) uses for `--uplink` on `iface`."""
+    return "%s%d,iface=%s" % (UPLINKS[uplink], index, iface)
+
+
+def uplink_plugins(uplinks):
+    """The DPDK driver plugins the vdevs of `uplinks` ({port: (uplink type, iface)}) need."""
+    return [os.path.join(vltest.PMD_DIR, "librte_%s.so" % d)
+            for d in sorted({UPLINKS[k] for k, _ in uplinks.values()})]
+
+
+def uplink_spec(uplink, name, iface, index):
+    """virtlink's --port for `--uplink` on `iface`."""
+    if uplink == "dpdk-af-xdp":
+        return "%s=dpdk:%s" % (name, uplink_devargs(uplink, iface, index))
+    return "%s=%s:%s" % (name, uplink, iface)
 
 
 def have_testpmd():
@@ -179,33 +312,58 @@ class VirtlinkSwitch:
         return str(SWITCH_CPU) if self.pmd_threads == 1 else "%d,%d" % (min(SWITCH_CPU, GEN_CPU),
                                                                         max(SWITCH_CPU, GEN_CPU))
 
-    def start(self, ports):
+    def start(self, ports, uplinks=None):
+        """`uplinks`: {port: (uplink type, interface)} of the ports that are uplinks."""
+        uplinks = uplinks or {}
+        self.uplinks = uplinks
         extra = ["--pmd-mode", self.pmd_mode]
         if self.pmd_threads > 1:
             # Receive-queue writers follow the traffic (README "Several PMD threads"): after
             # the first second (the warm-up) no frame crosses threads, in bridge mode too.
             extra += ["--pmd-rx-writers", "follow"]
-        self.tb.start_switch(ports=ports, forward=self.mode, pmd_cores=self.pmd_cores(),
+        specs = []
+        for p in ports:
+            if p in uplinks:
+                kind, iface = uplinks[p]
+                specs.append(uplink_spec(kind, p, iface, len([s for s in specs if "=" in s])))
+            else:
+                specs.append(p)
+        self.tb.start_switch(ports=specs, forward=self.mode, pmd_cores=self.pmd_cores(),
                              extra=extra, log_level="warn")
-        return {p: self.tb.sock(p) for p in ports}
+        return {p: self.tb.sock(p) for p in ports if p not in uplinks}
 
     def wait_ready(self, ports, timeout=30):
-        self.tb.wait_connected(ports, timeout=timeout)
+        ups = [p for p in ports if p in getattr(self, "uplinks", {})]
+        self.tb.wait_connected([p for p in ports if p not in ups], timeout=timeout)
+        if ups:
+            vltest._wait(lambda: all(self.tb.switch_stats()[p]["state"] == "connected"
+                                     for p in ups), timeout, "uplinks %s open, link up" % ups,
+                         interval=0.1)
 
     def _pmd(self):
         st = self.tb.ctl("pmd-stats")
-        return sum(p["packets"] for p in st), sum(p["busy_cycles"] for p in st)
+        rxq = [l for p in st for l in p.get("rxq_loads") or []]
+        return (sum(p["packets"] for p in st), sum(p["busy_cycles"] for p in st),
+                sum(l["packets"] for l in rxq), sum(l["cycles"] for l in rxq))
 
     def cycles_begin(self):
         self._p0 = self._pmd()
 
     def cycles_end(self):
+        """{"switch": busy cycles per frame (whole PMD passes that moved frames), "rxq": the
+        cycles of the rxq polls that returned frames per frame (from the pass's start or
+        the previous such poll: nearer what OVS's processing cycles count)}, or None."""
         if self._p0 is None:
             return None
-        pk, cy = self._pmd()
-        dp, dc = pk - self._p0[0], cy - self._p0[1]
+        now = self._pmd()
+        d = [a - b for a, b in zip(now, self._p0)]
         self._p0 = None
-        return {"switch": round(dc / dp)} if dp > 0 else None
+        if d[0] <= 0:
+            return None
+        out = {"switch": round(d[1] / d[0])}
+        if d[2] > 0:
+            out["rxq"] = round(d[3] / d[2])
+        return out
 
     def stop(self):
         if self.tb.switch is not None and self.tb.switch.returncode is None:
@@ -225,7 +383,10 @@ class TestpmdSwitch:
         self.tb, self.mode, self.queues = tb, mode, queues
         self.proc = None
 
-    def start(self, ports):
+    def start(self, ports, uplinks=None):
+        """`uplinks`: {port: (uplink type, interface)}: those ports are DPDK vdevs on the
+        interface (net_af_xdp, net_af_packet), the others net_vhost."""
+        uplinks = uplinks or {}
         tb = self.tb
         prefix = "vlt%dbsw" % os.getpid()
         tb.prefixes.append(prefix)
@@ -237,12 +398,24 @@ class TestpmdSwitch:
                 "-m", "1024", "--no-pci", "--file-prefix", prefix,
                 "-d", os.path.join(vltest.PMD_DIR, "librte_net_vhost.so"),
                 "-d", os.path.join(vltest.PMD_DIR, "librte_mempool_ring.so")]
+        for lib in uplink_plugins(uplinks):
+            argv += ["-d", lib]
         socks = {}
+        n_up = 0
         for i, p in enumerate(ports):
+            if p in uplinks:
+                kind, iface = uplinks[p]
+                argv += ["--vdev", uplink_devargs(kind, iface, n_up)]
+                n_up += 1
+                continue
             socks[p] = os.path.join(tb.dir, "tp-%s.sock" % p)
             argv += ["--vdev", "net_vhost%d,iface=%s,queues=%d" % (i, socks[p], self.queues)]
         argv += ["--", "--no-mlockall", "--total-num-mbufs=32768", "--forward-mode=io", "-i",
                  "-a", "--record-core-cycles"]
+        if any(UPLINKS[k] == "net_af_xdp" for k, _ in uplinks.values()):
+            # 1518-byte frames are above testpmd's default MTU of 1500 (net_af_packet
+            # refuses a larger one: its largest frame is 1518 bytes, and it takes them).
+            argv += ["--max-pkt-len=%d" % (VETH_MTU + 18)]
         if self.queues > 1:
             argv += ["--rxq=%d" % self.queues, "--txq=%d" % self.queues]
         env = dict(os.environ)
@@ -351,7 +524,11 @@ class OvsSwitch:
                 subprocess.run(["ip", "link", "del", dev], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
 
-    def start(self, ports):
+    def start(self, ports, uplinks=None):
+        """`uplinks`: {port: (uplink type, interface)}: those ports are `type=dpdk` with a
+        vdev on the interface as dpdk-devargs (net_af_xdp, net_af_packet), the others
+        dpdkvhostuser."""
+        uplinks = uplinks or {}
         tb = self.tb
         self.remove_stale_taps()
         os.makedirs(self.dir)
@@ -378,7 +555,8 @@ class OvsSwitch:
                    "other_config:dpdk-init=true",
                    "other_config:pmd-cpu-mask=0x%x" % (1 << SWITCH_CPU),
                    'other_config:dpdk-extra="--no-huge --legacy-mem -m 2048 --no-pci '
-                   '--file-prefix=%s"' % prefix)
+                   '--file-prefix=%s%s"' % (prefix, "".join(" -d " + lib for lib in
+                                                        uplink_plugins(uplinks))))
         if self.flush is not None:
             self.vsctl("--no-wait", "set", "Open_vSwitch", ".",
                        "other_config:tx-flush-interval=%d" % self.flush)
@@ -395,14 +573,24 @@ class OvsSwitch:
             raise RuntimeError("ovs-vswitchd exited:\n" + p.output()[-3000:])
         # Bridges: one for p2p and cross-connects; NORMAL with VNFs needs one per side.
         self.bridges = self._bridges(ports)
+        n_up = 0
         for br, bports in self.bridges:
             self.vsctl("add-br", br, "--", "set", "bridge", br, "datapath_type=netdev")
             for i, name in enumerate(bports):
+                if name in uplinks:
+                    kind, iface = uplinks[name]
+                    # net_af_xdp takes the veth's MTU; net_af_packet refuses one above 1500.
+                    mtu = ["mtu_request=%d" % VETH_MTU] if UPLINKS[kind] == "net_af_xdp" else []
+                    self.vsctl("add-port", br, name, "--", "set", "Interface", name, "type=dpdk",
+                               "options:dpdk-devargs=%s" % uplink_devargs(kind, iface, n_up),
+                               *mtu, "ofport_request=%d" % (i + 1))
+                    n_up += 1
+                    continue
                 self.vsctl("add-port", br, name, "--", "set", "Interface", name,
                            "type=dpdkvhostuser", "ofport_request=%d" % (i + 1))
         self._flows()
         self.ports = ports
-        socks = {p: os.path.join(self.dir, p) for p in ports}
+        socks = {p: os.path.join(self.dir, p) for p in ports if p not in uplinks}
         vltest._wait(lambda: all(os.path.exists(s) for s in socks.values()), 30,
                      "OVS's dpdkvhostuser sockets")
         return socks
@@ -548,15 +736,29 @@ class GenRun:
 
 class Topology:
     def __init__(self, tb, topology, switch, vnf_mode="io", vnf_pmd_mode="interrupt",
-                 queue_size=1024, ring="split", queues=1):
+                 queue_size=1024, ring="split", queues=1, uplink=None, links=None,
+                 gen_wire="af-xdp"):
         """`queue_size`: entries of the generator's rings (the VNFs keep their default, 256,
         QEMU's default for a guest's virtio-net queues). `ring` (split | packed) and `queues`
-        (queue pairs): the generator's virtqueues (gen --ring, --queues)."""
+        (queue pairs): the generator's virtqueues (gen --ring, --queues). `uplink` (a key of
+        UPLINKS) with `links` (VethLinks over the topology's uplink ports): the "P" is a
+        veth, the switch's uplink on one end and the generator, in the links' namespace, on
+        the other through a `gen_wire` port (af-xdp or af-packet)."""
         self.ring, self.queues = ring, queues
-        if topology not in TOPOLOGIES:
+        self.uplink, self.links, self.gen_wire = uplink, links, gen_wire
+        if uplink is not None:
+            if topology not in UPLINK_TOPOLOGIES:
+                raise ValueError("no uplink variant of %s" % topology)
+            self.ports, self.vnf_ports, self.uplinks = UPLINK_TOPOLOGIES[topology]
+            if links is None or set(links.pairs) != set(self.uplinks):
+                raise ValueError("%s --uplink needs VethLinks(%s)" % (topology, self.uplinks))
+        elif topology not in TOPOLOGIES:
             raise ValueError("unknown topology %s" % topology)
+        else:
+            self.uplinks = []
         self.tb, self.topology, self.switch = tb, topology, switch
-        self.ports, self.vnf_ports = TOPOLOGIES[topology]
+        if uplink is None:
+            self.ports, self.vnf_ports = TOPOLOGIES[topology]
         self.vnf_mode, self.vnf_pmd_mode, self.queue_size = vnf_mode, vnf_pmd_mode, queue_size
         self.socks = {}
         self.vnfs = []
@@ -569,7 +771,11 @@ class Topology:
         return len(self.vnf_ports)
 
     def start(self):
-        self.socks = self.switch.start(self.ports)
+        if self.uplink is not None:
+            self.socks = self.switch.start(self.ports, uplinks={
+                u: (self.uplink, self.links.sw(u)) for u in self.uplinks})
+        else:
+            self.socks = self.switch.start(self.ports)
         for i, (a, b) in enumerate(self.vnf_ports):
             argv = [vltest.VIRTLINK, "--log-level", "warn", "vnf",
                     "--port", "vhost-user-client:" + self.socks[a],
@@ -588,13 +794,22 @@ class Topology:
     def gen_ports(self):
         return [self.ports[0], self.ports[-1]]
 
-    def start_gen(self, max_frame=1518, unidirectional=False):
+    def start_gen(self, max_frame=1518, unidirectional=None):
         """Starts the generator (`virtlink gen --serve`): connected to the switch's gen
         ports until stop(), running one trial per trial() call (one learning phase, send,
-        drain each). Waits until its ports are negotiated."""
+        drain each). Waits until its ports are negotiated. `unidirectional` None: as the
+        topology is (UNIDIRECTIONAL). With an uplink the generator runs in the veths'
+        namespace, its port on each uplink's veth a `gen_wire` port."""
+        if unidirectional is None:
+            unidirectional = self.topology in UNIDIRECTIONAL
         argv = [vltest.VIRTLINK, "--log-level", "warn", "gen"]
+        if self.uplinks:
+            argv = ["ip", "netns", "exec", self.links.ns] + argv
         for i, p in enumerate(self.gen_ports()):
-            argv += ["--port", "g%d=vhost-user-client:%s" % (i, self.socks[p])]
+            if p in self.uplinks:
+                argv += ["--port", "g%d=%s:%s" % (i, self.gen_wire, self.links.gen(p))]
+            else:
+                argv += ["--port", "g%d=vhost-user-client:%s" % (i, self.socks[p])]
         argv += ["--size", str(max(max_frame, 1518)), "--cpu", str(GEN_CPU),
                  "--queue-size", str(self.queue_size), "--ring", self.ring,
                  "--queues", str(self.queues), "--serve"]

@@ -5,14 +5,23 @@ Benchmarks are not tests: they measure, print a table, and record results with t
 that produced them (--json; plots in bench/results/). Every benchmark measures its anchors
 (other switches) in the same run, so ratios hold even though this machine's speed drifts.
 
-  p2p, pvp, pvvp   RFC 2544 throughput (NDR: no loss; PDR: <= 0.5% loss) by binary search,
-                   then one-way latency at a fraction of NDR (90%), per frame size, for
-                   virtlink (xconnect; bridge in p2p) and the anchors DPDK testpmd (io
-                   forwarding between net_vhost ports) and OVS-DPDK (port-to-port flows,
-                   NORMAL). Traffic: `virtlink gen` (two ports, one stream each way).
+  p2p, p2v, pvp,   RFC 2544 throughput (NDR: no loss; PDR: <= 0.5% loss) by binary search,
+  pvvp             then one-way latency at a fraction of NDR (90%), per frame size, for
+                   virtlink (xconnect; bridge in p2p and p2v) and the anchors DPDK testpmd
+                   (io forwarding between net_vhost ports) and OVS-DPDK (port-to-port
+                   flows, NORMAL). Traffic: `virtlink gen` (two ports, one stream each way;
+                   p2v one way).
                      p2p   gen -> switch -> gen
+                     p2v   gen -> switch -> gen (one way: the receiving port is the "V")
                      pvp   gen -> switch -> vnf -> switch -> gen
                      pvvp  gen -> switch -> vnf -> switch -> vnf -> switch -> gen
+                   p2v and pvp --uplink af-xdp|af-packet|dpdk-af-xdp: the "P" is a veth
+                   pair, the switch's uplink on one end (virtlink af-xdp:, af-packet: or
+                   dpdk:net_af_xdp ports; testpmd and OVS-DPDK the DPDK vdev net_af_xdp or
+                   net_af_packet on the same interface), the generator in a network
+                   namespace of its own behind the other (gen --port af-xdp:PEER, or
+                   --gen-wire af-packet). Also a table of each switch's busy cycles per
+                   frame in the back-pressured trial (the same offered load for all).
   batching         output batching (seed 003): NDR vs flows for P2V and PVP, and P2V
                    latency for 512-1518 B, per flush policy (immediate, rx-batch,
                    interval=50, budget=50) and OVS-DPDK tx-flush-interval 0 and 50
@@ -62,6 +71,7 @@ from vltestlib import vltest  # process management shared with the interop tests
 ALL_SIZES = "64,128,256,512,1024,1280,1518"
 DEFAULT_SWITCHES = {
     "p2p": "virtlink:xconnect,virtlink:bridge,testpmd:io,ovs-dpdk:xconnect,ovs-dpdk:normal",
+    "p2v": "virtlink:xconnect,virtlink:bridge,testpmd:io,ovs-dpdk:xconnect,ovs-dpdk:normal",
     "pvp": "virtlink:xconnect,testpmd:io,ovs-dpdk:xconnect,ovs-dpdk:normal",
     "pvvp": "virtlink:xconnect,testpmd:io,ovs-dpdk:xconnect",
 }
@@ -99,9 +109,10 @@ def parse_switches(text, topology):
             raise SystemExit("unknown switch %s (virtlink, testpmd, ovs-dpdk)" % kind)
         if kind == "virtlink" and mode not in ("xconnect", "bridge"):
             raise SystemExit("virtlink modes: xconnect, bridge")
-        if kind == "virtlink" and mode == "bridge" and topology != "p2p":
-            raise SystemExit("virtlink:bridge applies to p2p only (PVP through one bridge "
-                             "domain would loop; one domain per side is not in virtlink yet)")
+        if kind == "virtlink" and mode == "bridge" and topology not in ("p2p", "p2v"):
+            raise SystemExit("virtlink:bridge applies to p2p and p2v only (PVP through one "
+                             "bridge domain would loop; one domain per side is not in "
+                             "virtlink yet)")
         if kind == "ovs-dpdk" and mode not in ("xconnect", "normal"):
             raise SystemExit("ovs-dpdk modes: xconnect (port-to-port flows), normal")
         if kind == "testpmd" and mode != "io":
@@ -125,16 +136,26 @@ def measure_point(topo, label, size, opts):
     """NDR/PDR search and the latency trial for one frame size. Returns (row fields, the
     latency histogram)."""
     tag = "[%s %s %dB]" % (topo.topology, label, size)
-    line = line_rate_pps(size) * 2  # both directions
+    line = line_rate_pps(size) * (1 if topo.topology in topologies.UNIDIRECTIONAL else 2)
+    cal_cycles, cal_pl, cal, cal_rxq = None, None, None, None
     if opts.max_mpps:
         max_pps = opts.max_mpps * 1e6
         cal_pps = None
     else:
-        cal = topo.trial(0, size, opts.trial, flows=opts.flows)
+        if getattr(opts, "uplink", None) and opts.placement == "near":
+            # Its cycles per frame are compared across switches (the same offered load for
+            # every one): at near core placement, as the search's trials.
+            cal, cal_pl, _ = topologies.placed_trial(topo, 0, size, opts.trial, opts.flows,
+                                                     opts.placement_wait, 3, log)
+        else:
+            cal = topo.trial(0, size, opts.trial, flows=opts.flows)
         cal_pps = cal.rx / cal.duration_s
+        cal_cycles = cal.cycles["switch"] if cal.cycles else None
+        cal_rxq = (cal.cycles or {}).get("rxq")
         log("%s calibration (back-pressured, as fast as possible): %.3f Mpps carried, "
-            "loss %d, gen TX %.0f cycles/frame" % (tag, cal_pps / 1e6, cal.lost,
-                                                   cal.doc.get("tx_cycles_per_packet", 0)))
+            "loss %d, gen TX %.0f cycles/frame, switch %s cycles/frame%s" % (
+                tag, cal_pps / 1e6, cal.lost, cal.doc.get("tx_cycles_per_packet", 0),
+                cal_cycles, "" if cal_pl is None else " (core placement %s)" % cal_pl))
         if cal.rx == 0:
             raise RuntimeError("%s no frame came back in the calibration trial" % tag)
         max_pps = min(line, 1.25 * cal_pps)
@@ -191,6 +212,11 @@ def measure_point(topo, label, size, opts):
         latency_rate_mpps=round(lat_rate / 1e6, 4) if lat_rate else None,
         search={"max_mpps": round(max_pps / 1e6, 4),
                 "calibration_mpps": round(cal_pps / 1e6, 4) if cal_pps is not None else None,
+                "calibration_cycles": cal_cycles, "calibration_placement": cal_pl,
+                "calibration_rxq_cycles": cal_rxq,
+                "calibration_offered_mpps": round(cal.offered_pps / 1e6, 4) if cal else None,
+                "calibration_gen_cycles": round(cal.doc.get("tx_cycles_per_packet", 0))
+                if cal else None,
                 "precision_mpps": round(precision / 1e6, 4),
                 "pdr_loss_percent": opts.pdr_loss,
                 "ndr_nominal_mpps": round(res.ndr / 1e6, 4),
@@ -243,6 +269,8 @@ def bench_rfc2544(opts):
     configs = parse_switches(opts.switches or DEFAULT_SWITCHES[topology], topology)
     rows, hists, errors, diagnostics = [], {}, [], {}
     n_vnfs = len(topologies.TOPOLOGIES[topology][1])
+    uplink = getattr(opts, "uplink", None)
+    uplink_ports = topologies.UPLINK_TOPOLOGIES[topology][2] if uplink else None
     # Consecutive OVS configurations that differ only in their flows share one OVS
     # instance (its start-up takes seconds): the flows are replaced in place.
     groups = []
@@ -262,11 +290,16 @@ def bench_rfc2544(opts):
             continue
         label = "%s/%s" % (kind, modes[0])
         try:
-            with vltest.Testbed(None) as tb:
+            with contextlib.ExitStack() as stack:
+                # Left in reverse: the processes stop before their veths go.
+                links = stack.enter_context(topologies.VethLinks(uplink_ports)) \
+                    if uplink else None
+                tb = stack.enter_context(vltest.Testbed(None))
                 sw = topologies.make_switch(tb, kind, modes[0], pmd_threads=opts.pmd_threads,
                                             queues=opts.queues)
                 topo = topologies.Topology(tb, topology, sw, queue_size=opts.queue_size,
-                                           ring=opts.ring, queues=opts.queues)
+                                           ring=opts.ring, queues=opts.queues, uplink=uplink,
+                                           links=links, gen_wire=opts.gen_wire)
                 t0 = time.time()
                 topo.start()
                 topo.start_gen()
@@ -285,6 +318,8 @@ def bench_rfc2544(opts):
                             vnf_pmd_mode="interrupt" if n_vnfs else None,
                             ring=opts.ring, queues=opts.queues,
                             pmd_threads=opts.pmd_threads if kind == "virtlink" else 1,
+                            streams=1 if topology in topologies.UNIDIRECTIONAL else 2,
+                            uplink=uplink, gen_wire=opts.gen_wire if uplink else None,
                             **fields))
                         if hist:
                             hists.setdefault(size, {})[label] = hist
@@ -292,9 +327,13 @@ def bench_rfc2544(opts):
                 # (virtlink) and the VNFs' counters.
                 diag = {}
                 if kind == "virtlink":
+                    st = tb.switch_stats()
                     diag["switch_ports"] = {
                         n: {k: p[k] for k in ("rx_packets", "tx_packets", "drops")}
-                        for n, p in tb.switch_stats().items()}
+                        for n, p in st.items()}
+                    if uplink:  # the uplinks' wire and device counters
+                        diag["uplinks"] = {n: dict(p.get("uplink") or {}, type=p["type"])
+                                           for n, p in st.items() if n in uplink_ports}
                 diag["vnfs"] = topo.vnf_stats()
                 diagnostics["%s/%s" % (kind, "+".join(modes))] = diag
                 topo.stop()
@@ -635,7 +674,7 @@ def main():
         return soak_bench.main(sys.argv[2:])
     ap = argparse.ArgumentParser(prog="virtlink bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("name", choices=["p2p", "pvp", "pvvp", "loopback", "batching"])
+    ap.add_argument("name", choices=["p2p", "p2v", "pvp", "pvvp", "loopback", "batching"])
     ap.add_argument("--virtlink", required=True, help=argparse.SUPPRESS)
     ap.add_argument("--json", help="write the bench JSON (INTERFACES.md) here")
     ap.add_argument("--quick", action="store_true",
@@ -696,6 +735,16 @@ def main():
                     "0,1, the second sharing CPU 0 with the generator; rxqs (port, queue pair) "
                     "are dealt to the threads round-robin and receive-queue writers follow the "
                     "traffic, --pmd-rx-writers follow; default 1)")
+    ap.add_argument("--uplink", choices=sorted(topologies.UPLINKS),
+                    help="p2v, pvp, batching: the \"P\" is a veth pair with the generator in a "
+                    "network namespace of its own behind it: the switch's port on its end is "
+                    "an uplink of this type (virtlink af-xdp:, af-packet:, or dpdk:net_af_xdp; "
+                    "testpmd and OVS-DPDK the DPDK vdev net_af_xdp, or net_af_packet for "
+                    "af-packet, on the same interface); default: none (a vhost-user port of "
+                    "the generator's)")
+    ap.add_argument("--gen-wire", choices=topologies.GEN_WIRES, default="af-xdp",
+                    help="with --uplink: the generator's port on its end of each veth (gen "
+                    "--port TYPE:IFACE; default af-xdp)")
     ap.add_argument("--plot-dir", default=None,
                     help="where PNG plots go (default: the --json file's directory, else the "
                     "current directory)")
@@ -706,6 +755,8 @@ def main():
     vltest.VIRTLINK = os.path.abspath(opts.virtlink)
     if opts.queues < 1 or opts.queues > 64:
         ap.error("--queues: 1..64")
+    if opts.uplink and opts.name not in topologies.UPLINK_TOPOLOGIES and opts.name != "batching":
+        ap.error("--uplink: p2v, pvp and batching only")
     opts.loopback_errors, opts.gen_cycles, opts.loopback_runs = [], {}, {}
     opts.repeat_given = opts.repeat is not None
     if opts.repeat is None:
@@ -745,6 +796,11 @@ def main():
     if opts.name == "batching":
         import batching_bench
         core_plan = topologies.CORE_PLAN
+        if opts.uplink:
+            core_plan += ("; the \"P\" of P2V and PVP: a veth pair, the switch's uplink (%s) "
+                          "on its end, the generator in its own network namespace behind the "
+                          "other (%s port)" % (opts.uplink, opts.gen_wire)) + \
+                topologies.UPLINK_CORE_PLAN
         rows, lines, errors, diagnostics, plots = batching_bench.run(opts, measure_repeated, log)
         plots = [p for p in plots if p]
         note = ("NDR: Mpps offered in the passing trial (0 loss), unidirectional, 64 B, searched "
@@ -780,10 +836,16 @@ def main():
     else:
         core_plan = topologies.CORE_PLAN + ("; generator rings: %s, %d queue pair%s" % (
             opts.ring, opts.queues, "" if opts.queues == 1 else "s")) + pmd_share_note(opts)
+        if opts.uplink:
+            core_plan += ("; the \"P\": a veth pair per uplink, the switch's uplink (%s) on "
+                          "its end, the generator in its own network namespace behind the "
+                          "other (%s port)" % (opts.uplink, opts.gen_wire)) + \
+                topologies.UPLINK_CORE_PLAN
         rows, hists, errors, diagnostics = bench_rfc2544(opts)
-        lines = report.throughput_table(
-            rows, ["xconnect", "bridge"] if opts.name == "p2p" else ["xconnect"],
-            loaded=bool(opts.loaded))
+        vl_modes = ["xconnect", "bridge"] if opts.name in ("p2p", "p2v") else ["xconnect"]
+        lines = report.throughput_table(rows, vl_modes, loaded=bool(opts.loaded))
+        if opts.uplink:
+            lines += [""] + report.cycles_table(rows, vl_modes, loaded=bool(opts.loaded))
         lb = [("verdict: %s/%s %d B: nothing measured: no trial passed, every failing one "
                "invalid (the generator offered too little of its plan: --max-short)" % (
                    r["switch"], r["mode"], r["frame_size"]))
@@ -809,8 +871,25 @@ def main():
                     "(--placement near; a trial whose placement changed is repeated, up to 3 "
                     "in all)" % opts.placement_wait if opts.placement == "near"
                     else "at whatever core placement the host gave (--placement any)"))
+        if opts.name in topologies.UNIDIRECTIONAL:
+            note = note.replace("over both directions", "one way")
+        if opts.uplink:
+            note += (" Cycles table: the back-pressured trial (the generator sending as fast as "
+                     "it can, with its own cost per frame, gen cyc/f, which includes the "
+                     "kernel's delivery into the switch's socket: it differs by switch), what "
+                     "it offered and what came back, and the switch's busy cycles per frame "
+                     "there (cyc/f@max) and at NDR; vl-xc/this: virtlink's cyc/f@max over "
+                     "this line's ('pl': either trial off near core placement). Each switch "
+                     "counts its own busy cycles (virtlink: PMD passes that moved frames, wire "
+                     "calls and the kernel's work inside them included; OVS: pmd-stats-show "
+                     "processing cycles; testpmd: --record-core-cycles); rxq c/f (virtlink "
+                     "only): the cycles of its rxq polls that returned frames, per frame, "
+                     "in that trial (without the rest of the pass: the empty polls of the "
+                     "other rxqs after them, the pass's bookkeeping), nearer what OVS and "
+                     "testpmd count; the ratios use cyc/f@max.")
         if not opts.no_plot and report.have_gnuplot() and rows:
-            name = opts.name + ("-quick" if opts.quick else "")
+            name = opts.name + ("-quick" if opts.quick else "") + \
+                ("-" + opts.uplink if opts.uplink else "")
             try:
                 if len({r["frame_size"] for r in rows}) > 1:
                     p = report.plot_throughput(rows, os.path.join(opts.plot_dir, name + "-ndr.png"),

@@ -324,7 +324,8 @@ class Testbed:
 
     def start_switch(self, ports=("a", "b"), forward="xconnect", pmd_cores="1", config=None,
                      extra=(), log_level="info", netns=None):
-        """Starts `virtlink switch` with vhost-user server ports NAME -> DIR/NAME.sock.
+        """Starts `virtlink switch` with vhost-user server ports NAME -> DIR/NAME.sock (an
+        entry "NAME=TYPE:ARG" of `ports` is passed as it is, in its place: an uplink).
 
         `config`: optional TOML text written to DIR/switch.toml and passed with --config
         (its [[port]] tables may use tb.sock(NAME) paths; then leave `ports` empty for them).
@@ -344,6 +345,9 @@ class Testbed:
                 name = os.path.basename(m.group(1)).rsplit(".", 1)[0]
                 self.port_paths[name] = m.group(1)
         for name in ports:
+            if "=" in name:
+                argv += ["--port", name]
+                continue
             self.port_paths[name] = self.sock(name)
             argv += ["--port", "%s=vhost-user:%s" % (name, self.sock(name))]
         if forward:

@@ -11,18 +11,24 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "app/config.h"
 #include "cli/commands.h"
 #include "gen/generator.h"
+#include "wire/dpdk_eal.h"
 
 namespace vl::cli {
 
 void add_gen_command(CLI::App& app, GenArgs& a) {
-  CLI::App* g =
-      app.add_subcommand("gen", "Traffic generator: paced frames through vhost-user ports");
+  CLI::App* g = app.add_subcommand(
+      "gen", "Traffic generator: paced frames through vhost-user ports or uplinks");
   g->add_option("--port", a.ports,
-                "NAME=vhost-user-client:PATH (gen connects) or NAME=vhost-user:PATH (gen listens); "
-                "ports pair 1<->2, 3<->4; optional ,mac=aa:bb:cc:dd:ee:ff")
+                "NAME=TYPE:ARG, the switch's port types: vhost-user-client:PATH (gen connects), "
+                "vhost-user:PATH (gen listens), or a wire: tap:IFNAME, af-packet:IFACE, "
+                "af-xdp:IFACE (falling back to af-packet), dpdk:DEVARGS; ports pair 1<->2, "
+                "3<->4; optional ,mac=aa:bb:cc:dd:ee:ff at the end")
       ->required();
+  g->add_option("--dpdk-extra", a.dpdk_extra,
+                "extra EAL arguments for dpdk ports, space separated (as the switch's)");
   g->add_option("--rate", a.rate_pps, "frames per second per stream (0: as fast as possible)")
       ->check(CLI::NonNegativeNumber);
   g->add_option("--rate-percent", a.rate_percent, "percent of line rate of --link-gbps")
@@ -79,6 +85,18 @@ void print_result(const gen::GenResult& r) {
                  s.tx_port, s.rx_port, 100.0 * static_cast<double>(s.late_skipped) /
                                            static_cast<double>(s.planned),
                  s.offered, s.planned);
+    if (s.tx_refused)
+      fmt::print("warning: stream {}->{}: its port's wire refused {} frames (its own device "
+                 "full; not offered, not lost)\n", s.tx_port, s.rx_port, s.tx_refused);
+  }
+  for (const auto& p : r.ports) {
+    if (!p.wire) continue;
+    fmt::print("port {}: {} {}: wire tx {} refused {} rx {}", p.name, p.type, p.target,
+               p.wire_counters.tx_packets, p.wire_counters.tx_refused,
+               p.wire_counters.rx_packets);
+    for (const auto& [k, v] : p.device)
+      if (v) fmt::print(" {} {}", k, v);
+    fmt::print("\n");
   }
   fmt::print(
       "clock: TSC {:.3f} GHz calibrated against CLOCK_MONOTONIC_RAW (resolution {:.2f} ns); "
@@ -144,36 +162,38 @@ int serve(gen::Generator& g) {
   return 0;
 }
 
-// One --port: NAME=vhost-user-client:PATH or NAME=vhost-user:PATH, optional ,mac=MAC; the
-// ring settings come from the other options. False (logged) on a malformed spec.
+// One --port: NAME=TYPE:ARG as the switch's --port spells it (app::parse_port_spec), with an
+// optional ,mac=MAC at the end (taken off first: DEVARGS have commas of their own); the ring
+// settings come from the other options. False (logged) on a malformed spec.
 bool parse_port(const std::string& spec, const GenArgs& a, gen::VPortConfig* p) {
   std::string s = spec;
-  std::string opts;
-  if (auto comma = s.find(','); comma != std::string::npos) {
-    opts = s.substr(comma + 1);
-    s = s.substr(0, comma);
+  std::string mac;
+  if (auto m = s.rfind(",mac="); m != std::string::npos) {
+    mac = s.substr(m + 5);
+    s = s.substr(0, m);
   }
-  const auto eq = s.find('='), colon = s.find(':', eq == std::string::npos ? 0 : eq);
-  if (eq == std::string::npos || colon == std::string::npos) {
-    spdlog::error("--port {}: expected NAME=vhost-user-client:PATH or NAME=vhost-user:PATH",
-                  spec);
+  std::string err;
+  const auto pc = app::parse_port_spec(s, &err);
+  if (!pc) {
+    spdlog::error("--port {}", err);
     return false;
   }
-  p->name = s.substr(0, eq);
-  const std::string type = s.substr(eq + 1, colon - eq - 1);
-  p->path = s.substr(colon + 1);
-  if (type == "vhost-user")
-    p->server = true;
-  else if (type != "vhost-user-client") {
-    spdlog::error("--port {}: unknown type {}", spec, type);
-    return false;
+  p->name = pc->name;
+  p->path = pc->path;
+  p->server = pc->type == port::PortType::kVhostUser && pc->mode == port::SocketMode::kServer;
+  switch (pc->type) {
+    case port::PortType::kVhostUser: p->kind = gen::PortKind::kVhostUser; break;
+    case port::PortType::kTap: p->kind = gen::PortKind::kTap; break;
+    case port::PortType::kAfPacket: p->kind = gen::PortKind::kAfPacket; break;
+    case port::PortType::kAfXdp: p->kind = gen::PortKind::kAfXdp; break;
+    case port::PortType::kDpdk: p->kind = gen::PortKind::kDpdk; break;
   }
-  if (opts.rfind("mac=", 0) == 0 && !gen::parse_mac(opts.c_str() + 4, &p->mac)) {
+  if (!mac.empty() && !gen::parse_mac(mac.c_str(), &p->mac)) {
     spdlog::error("--port {}: bad mac", spec);
     return false;
   }
   p->queue_size = a.queue_size;
-  p->packed = a.ring == "packed";
+  p->packed = a.ring == "packed" && p->kind == gen::PortKind::kVhostUser;
   p->queues = a.queues;
   return true;
 }
@@ -222,6 +242,12 @@ bool make_config(const GenArgs& a, gen::GenConfig* c) {
     gen::VPortConfig p;
     if (!parse_port(spec, a, &p)) return false;
     c->ports.push_back(p);
+  }
+  if (!a.dpdk_extra.empty()) {
+    std::vector<std::string> args;
+    std::istringstream in(a.dpdk_extra);
+    for (std::string w; in >> w;) args.push_back(w);
+    wire::set_eal_extra_args(std::move(args));
   }
   if (c->ports.empty() || c->ports.size() % 2) {  // like the switch's xconnect check
     spdlog::error("gen needs an even number of --port (streams pair them 1<->2, 3<->4, ...), "

@@ -65,6 +65,7 @@ struct GenArgs {
   uint32_t max_lag = 0;
   std::string ring = "split";  ///< split | packed virtqueues
   uint32_t queues = 1;         ///< queue pairs per port
+  std::string dpdk_extra;      ///< --dpdk-extra ARGS (EAL arguments for dpdk ports)
 };
 void add_gen_command(CLI::App& app, GenArgs& a);
 int run_gen(const GenArgs& a);

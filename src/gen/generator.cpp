@@ -30,6 +30,7 @@ nlohmann::json GenResult::to_json() const {
                  {"tx", r.tx},
                  {"tx_ring_full", r.tx_ring_full},
                  {"late_skipped", r.late_skipped},
+                 {"tx_refused", r.tx_refused},
                  {"rx", r.rx},
                  {"lost", r.lost},
                  {"duplicates", r.duplicates},
@@ -47,7 +48,28 @@ nlohmann::json GenResult::to_json() const {
                  {"schedule_error_ns_mean", r.schedule_error_ns_mean},
                  {"schedule_error_ns_max", r.schedule_error_ns_max}});
   }
+  nlohmann::json ports = nlohmann::json::array();
+  for (const auto& p : this->ports) {
+    // A wire port's counters; null for a vhost-user port.
+    nlohmann::json dev = nullptr, wtx = nullptr, wref = nullptr, wrx = nullptr;
+    if (p.wire) {
+      dev = nlohmann::json::object();
+      for (const auto& [k, v] : p.device) dev[k] = v;
+      wtx = p.wire_counters.tx_packets;
+      wref = p.wire_counters.tx_refused;
+      wrx = p.wire_counters.rx_packets;
+    }
+    ports.push_back({{"name", p.name},
+                     {"type", p.type},
+                     {"target", p.target},
+                     {"queues", p.queues},
+                     {"wire_tx_packets", wtx},
+                     {"wire_tx_refused", wref},
+                     {"wire_rx_packets", wrx},
+                     {"device", dev}});
+  }
   return {{"streams", s},
+          {"ports", ports},
           {"clock",
            {{"source", "TSC calibrated against CLOCK_MONOTONIC_RAW"},
             {"hz", tsc_hz},
@@ -72,7 +94,7 @@ bool Generator::open(std::string* err) {
     return false;
   }
   const uint32_t max_frame = cfg_.frame_size ? cfg_.frame_size : 1518;
-  ports_ = std::vector<VPort>(cfg_.ports.size());
+  ports_ = std::vector<GenPort>(cfg_.ports.size());
   for (size_t i = 0; i < cfg_.ports.size(); ++i) {
     VPortConfig c = cfg_.ports[i];
     if (!c.mac) c.mac = default_mac(i);
@@ -137,24 +159,27 @@ uint64_t Generator::learn() {
   const uint64_t deadline = rdtsc() + static_cast<uint64_t>(cfg_.learn_timeout_s * clock_.hz());
   uint64_t missing = 0;
   for (size_t rx = 0; rx < ports_.size(); ++rx) {
+    GenPort& gp = ports_[rx];
     const uint64_t base = cfg_.ports[rx].mac;
-    uint32_t f = 0;
-    while (f < cfg_.flows) {
-      VPort& vp = ports_[rx];
-      vp.reclaim();
-      uint32_t i;
-      // Flow f's learning frame leaves on the queue its stream's flow f uses.
-      while (f < cfg_.flows && vp.tx_get(f % vp.queues(), &i)) {
-        const uint32_t k = f % vp.queues();
-        build_learning_frame(vp.tx_frame(k, i), base + f);
-        __builtin_memset(vp.tx_frame(k, i) - vp.hdr_len(), 0, vp.hdr_len());
-        vp.tx_put(k, i, 64);
-        ++f;
+    const uint32_t nq = gp.queues(), hdr = gp.hdr_len(), flows = cfg_.flows;
+    uint32_t f = 0, refused = 0;
+    gp.with_ops([&](auto& vp) {
+      while (f < flows) {
+        for (uint32_t k = 0; k < nq; ++k) vp.reclaim(k);
+        uint32_t i;
+        // Flow f's learning frame leaves on the queue its stream's flow f uses.
+        while (f < flows && vp.tx_get(f % nq, &i)) {
+          const uint32_t k = f % nq;
+          build_learning_frame(vp.tx_frame(k, i), base + f);
+          __builtin_memset(vp.tx_frame(k, i) - hdr, 0, hdr);
+          vp.tx_put(k, i, 64);
+          ++f;
+        }
+        for (uint32_t k = 0; k < nq; ++k) refused += vp.tx_flush(k);
+        if (f < flows && rdtsc() > deadline) break;
       }
-      vp.tx_flush();
-      if (f < cfg_.flows && rdtsc() > deadline) break;
-    }
-    missing += cfg_.flows - f;
+    });
+    missing += flows - f + refused;
   }
   if (missing) spdlog::warn("gen: address learning: {} frames not taken by the switch", missing);
   // Let the switch take them, and discard what floods back.
@@ -175,7 +200,7 @@ struct TxStream {
   FlowSpec spec;
   PaceState pace;
   uint64_t seq = 0;  // sequence numbers used: frames offered (posted or dropped at the ring)
-  uint64_t posted = 0, ring_full = 0;
+  uint64_t posted = 0, ring_full = 0, refused = 0;
   uint32_t flow = 0;
   double err_sum = 0, err_max = 0;  // schedule error, ticks
   uint64_t first = 0, last = 0;     // departures (TSC)
@@ -188,33 +213,31 @@ struct RxStream {
 };
 
 // One trial of Generator::run(): its streams, schedule and counters, and the steps of the
-// trial loop. The loop is instantiated per ring type (Q: VPort::Split or VPort::Packed,
-// chosen once for all ports at open): no branch or virtual call per frame on the ring type.
+// trial loop. The steps are instantiated per port kind (P: a PortOps of gen/port.h, chosen
+// by GenPort::with_ops once per batch): no branch or virtual call per frame on the kind.
 class Trial {
  public:
-  Trial(const GenConfig& cfg, std::vector<VPort>& ports, const TscClock& clock, uint32_t tag);
+  Trial(const GenConfig& cfg, std::vector<GenPort>& ports, const TscClock& clock, uint32_t tag);
   /// Waits for every transmit buffer to come back (up to 2 s), then writes each stream's
   /// frame template (flow 0) into its port's transmit buffers.
   void prefill();
   /// Runs the transmission period and the drain that follows (duration_s + drain_s).
-  template <class Q>
   void loop();
   GenResult report() const;
 
  private:
-  template <class Q>
-  void send(size_t s);
+  template <class P>
+  void send(size_t s, P& vp);
   void drop_due(TxStream& t, uint64_t due);
-  template <class Q>
-  void receive(uint32_t p, uint32_t k);
+  template <class P>
+  void receive(uint32_t p, uint32_t k, P& vp);
   void account(const uint8_t* fr, uint32_t len, uint32_t p, uint64_t rx_now);
   StreamResult stream_result(size_t s) const;
 
   const GenConfig& cfg_;
-  std::vector<VPort>& ports_;
+  std::vector<GenPort>& ports_;
   const TscClock& clock_;
   const uint32_t tag_;  // this trial's frames: stream = tag | index
-  const uint32_t nq_;   // queue pairs per port
   Pacer pacer_;
   uint64_t drain_end_ = 0, stop_ = 0;  // TSC
   std::vector<TxStream> tx_;
@@ -225,14 +248,14 @@ class Trial {
 
 // The lag bound: GenConfig::max_lag_slots, or by default a quarter of the queue (at least
 // a burst).
-uint32_t lag_slots(const GenConfig& cfg, const VPort& p) {
+uint32_t lag_slots(const GenConfig& cfg, const GenPort& p) {
   return cfg.max_lag_slots ? cfg.max_lag_slots
-                           : std::max<uint32_t>(cfg.burst, p.config().queue_size / 4);
+                           : std::max<uint32_t>(cfg.burst, p.queue_size() / 4);
 }
 
-Trial::Trial(const GenConfig& cfg, std::vector<VPort>& ports, const TscClock& clock,
+Trial::Trial(const GenConfig& cfg, std::vector<GenPort>& ports, const TscClock& clock,
              uint32_t tag)
-    : cfg_(cfg), ports_(ports), clock_(clock), tag_(tag), nq_(ports[0].queues()),
+    : cfg_(cfg), ports_(ports), clock_(clock), tag_(tag),
       pacer_(cfg.rate_pps, clock.hz(), cfg.duration_s, cfg.burst, lag_slots(cfg, ports[0])) {
   for (uint32_t p = 0; p < ports_.size(); ++p) {
     const uint32_t peer = p ^ 1;
@@ -257,7 +280,7 @@ void Trial::prefill() {
     bool all_back = true;
     for (auto& p : ports_) {
       p.reclaim();
-      if (p.tx_free_all() < p.config().queue_size * p.queues()) all_back = false;
+      if (p.tx_free_all() < p.queue_size() * p.queues()) all_back = false;
     }
     if (all_back) break;
     if (rdtsc() > wait_end) {
@@ -268,9 +291,9 @@ void Trial::prefill() {
     nanosleep(&d, nullptr);
   }
   for (auto& t : tx_) {
-    VPort& vp = ports_[t.port];
+    GenPort& vp = ports_[t.port];
     for (uint32_t k = 0; k < vp.queues(); ++k) {
-      for (uint32_t i = 0; i < vp.config().queue_size; ++i) {
+      for (uint32_t i = 0; i < vp.queue_size(); ++i) {
         __builtin_memset(vp.tx_frame(k, i) - vp.hdr_len(), 0, vp.hdr_len());
         build_frame(vp.tx_frame(k, i), cfg_.frame_size ? cfg_.frame_size : 1518, t.spec, 0,
                     tag_ | static_cast<uint32_t>(&t - tx_.data()));
@@ -279,7 +302,6 @@ void Trial::prefill() {
   }
 }
 
-template <class Q>
 void Trial::loop() {
   pacer_.start_at(rdtsc());
   drain_end_ = pacer_.end() + static_cast<uint64_t>(cfg_.drain_s * clock_.hz());
@@ -289,10 +311,14 @@ void Trial::loop() {
     const uint64_t now = rdtsc();
     if (now >= drain_end_) break;
     if (pacer_.transmitting(now)) {
-      for (size_t s = 0; s < ns; ++s) send<Q>(s);
+      for (size_t s = 0; s < ns; ++s)
+        ports_[tx_[s].port].with_ops([&](auto& vp) { send(s, vp); });
     }
     for (uint32_t p = 0; p < np; ++p) {
-      for (uint32_t k = 0; k < nq_; ++k) receive<Q>(p, k);
+      const uint32_t nq = ports_[p].queues();
+      ports_[p].with_ops([&](auto& vp) {
+        for (uint32_t k = 0; k < nq; ++k) receive(p, k, vp);
+      });
     }
   }
   stop_ = rdtsc();
@@ -300,16 +326,16 @@ void Trial::loop() {
 
 // One pass of stream s: reclaims its port's transmitted buffers and posts the frames due
 // (at most a burst), then publishes them.
-template <class Q>
-void Trial::send(size_t s) {
+template <class P>
+void Trial::send(size_t s, P& vp) {
   TxStream& t = tx_[s];
-  VPort& vp = ports_[t.port];
+  const uint32_t nq = ports_[t.port].queues();
   const uint64_t t0 = rdtsc();
-  for (uint32_t k = 0; k < nq_; ++k) vp.template reclaim_on<Q>(k);
+  for (uint32_t k = 0; k < nq; ++k) vp.reclaim(k);
   const uint64_t due = pacer_.begin_pass(&t.pace, t0);
   // Per-frame constants in locals: the frame writes below may alias any member.
   const bool paced = pacer_.paced();
-  const uint32_t burst = pacer_.burst(), nq = nq_, size = cfg_.frame_size, flows = cfg_.flows;
+  const uint32_t burst = pacer_.burst(), size = cfg_.frame_size, flows = cfg_.flows;
   const uint32_t stream = tag_ | static_cast<uint32_t>(s);
   uint32_t n = 0;
   while (t.pace.slot < due && n < burst) {
@@ -337,7 +363,7 @@ void Trial::send(size_t s) {
     }
     if (!t.seq) t.first = ts;
     t.last = ts;
-    vp.template tx_put_on<Q>(k, i, len);
+    vp.tx_put(k, i, len);
     ++t.seq;
     ++t.pace.slot;
     ++t.posted;
@@ -345,7 +371,12 @@ void Trial::send(size_t s) {
     ++n;
   }
   if (n) {
-    for (uint32_t k = 0; k < nq; ++k) vp.template tx_flush_on<Q>(k);
+    uint32_t refused = 0;
+    for (uint32_t k = 0; k < nq; ++k) refused += vp.tx_flush(k);
+    if (refused) [[unlikely]] {  // a wire's own device was full: these never left
+      t.posted -= refused;
+      t.refused += refused;
+    }
     tx_cycles_ += rdtsc() - t0;
     tx_frames_ += n;
   }
@@ -366,21 +397,20 @@ void Trial::drop_due(TxStream& t, uint64_t due) {
 
 // Receives on queue k of port p. Arrival time: when this pass saw the frame in the used
 // ring (taken after reading the used index, so never before the frame was there).
-template <class Q>
-void Trial::receive(uint32_t p, uint32_t k) {
-  VPort& vp = ports_[p];
-  const uint32_t ready = std::min<uint32_t>(vp.template rx_ready_on<Q>(k), 64);
+template <class P>
+void Trial::receive(uint32_t p, uint32_t k, P& vp) {
+  const uint32_t ready = std::min<uint32_t>(vp.rx_ready(k), 64);
   if (!ready) return;
   const uint64_t rx_now = rdtsc();
   const uint8_t* fr;
   uint32_t len, idx;
   uint32_t got = 0;
-  while (got < ready && vp.template rx_next_on<Q>(k, &fr, &len, &idx)) {
+  while (got < ready && vp.rx_next(k, &fr, &len, &idx)) {
     account(fr, len, p, rx_now);
-    vp.template rx_release_on<Q>(k, idx);
+    vp.rx_release(k, idx);
     ++got;
   }
-  if (got) vp.template rx_flush_on<Q>(k);
+  if (got) vp.rx_flush(k);
 }
 
 // Counts a frame received on port p at rx_now: one of this trial's streams towards p goes
@@ -407,8 +437,9 @@ StreamResult Trial::stream_result(size_t s) const {
   r.tx_port = t.port;
   r.rx_port = t.peer;
   r.planned = pacer_.paced() ? pacer_.planned() : t.seq;
-  r.offered = t.seq;
+  r.offered = t.seq - t.refused;
   r.tx = t.posted;
+  r.tx_refused = t.refused;
   r.tx_ring_full = t.ring_full;
   r.late_skipped = t.pace.skipped;
   r.rx = sq.unique();
@@ -432,8 +463,25 @@ GenResult Trial::report() const {
   GenResult res;
   res.elapsed_s = static_cast<double>(stop_ - pacer_.start()) / clock_.hz();
   res.tsc_hz = clock_.hz();
-  res.ring = ports_[0].packed() ? "packed" : "split";
-  res.queues = nq_;
+  for (const auto& p : ports_) {  // the vhost-user ports' layout and queues (all alike)
+    if (!p.vport()) continue;
+    res.ring = p.vport()->packed() ? "packed" : "split";
+    res.queues = p.queues();
+    break;
+  }
+  for (const auto& p : ports_) {
+    PortResult pr;
+    pr.name = p.config().name;
+    pr.type = p.type();
+    pr.target = p.config().path;
+    pr.queues = p.queues();
+    if (const WirePort* w = p.wire()) {
+      pr.wire = true;
+      pr.wire_counters = w->counters();
+      if (w->wire()) w->wire()->counters(&pr.device);
+    }
+    res.ports.push_back(std::move(pr));
+  }
   res.duration_s = cfg_.duration_s;
   res.set_interval_ns = pacer_.paced() ? 1e9 / cfg_.rate_pps : 0;
   for (size_t s = 0; s < tx_.size(); ++s) res.streams.push_back(stream_result(s));
@@ -455,10 +503,7 @@ GenResult Generator::run() {
   const uint64_t learn_incomplete = cfg_.learn ? learn() : 0;
   Trial t(cfg_, ports_, clock_, (++trial_ & 0xffffu) << 16);
   t.prefill();
-  if (ports_[0].packed())
-    t.loop<VPort::Packed>();
-  else
-    t.loop<VPort::Split>();
+  t.loop();
   GenResult res = t.report();
   res.learn_incomplete = learn_incomplete;
   return res;

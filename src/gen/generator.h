@@ -17,10 +17,15 @@
 // slots after its time, e.g. because it was preempted) is skipped (`late_skipped`): not
 // offered, not lost; a trial with skipped slots offered less than the rate asked for.
 // With --rate 0 (as fast as possible) the transmit ring does back-pressure the sender.
-// Rings and queues (VPortConfig::packed, ::queues, the same for every port): flow f of a
-// stream leaves on transmit queue f % queues; every receive queue is polled (one thread).
-// A due frame whose queue has no free descriptor drops the rest of that pass's due frames
-// (as with one queue). The trial loop is instantiated per ring type.
+// Rings and queues (VPortConfig::packed, ::queues, the same for every vhost-user port):
+// flow f of a stream leaves on transmit queue f % (its port's queues); every receive queue
+// is polled (one thread). A due frame whose queue has no free descriptor drops the rest of
+// that pass's due frames (as with one queue).
+// Ports (gen/port.h): vhost-user, or a wire of one of the switch's uplink types (a veth
+// through a packet socket or AF_XDP, a tap, a DPDK ethdev), mixed freely. A wire takes
+// posted frames a batch per call; frames it refuses (its own device full) were never
+// offered: they count in `tx_refused`, like late slots not in `offered`. The trial loop is
+// instantiated per port kind and ring layout, chosen once per batch.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,7 +34,7 @@
 
 #include "gen/frame.h"
 #include "gen/latency.h"
-#include "gen/vport.h"
+#include "gen/port.h"
 #include "util/clock.h"
 
 namespace vl::gen {
@@ -55,10 +60,11 @@ struct GenConfig {
 struct StreamResult {
   uint32_t tx_port = 0, rx_port = 0;
   uint64_t planned = 0;       ///< slots in the schedule (rate x duration)
-  uint64_t offered = 0;       ///< frames that departed: tx + tx_ring_full (sequence numbers used)
-  uint64_t tx = 0;            ///< frames posted on the transmit ring
+  uint64_t offered = 0;       ///< frames that departed: tx + tx_ring_full
+  uint64_t tx = 0;            ///< frames posted on the transmit ring (a wire: that it took)
   uint64_t tx_ring_full = 0;  ///< due frames dropped: no free transmit descriptor (counted lost)
   uint64_t late_skipped = 0;  ///< slots skipped because the generator was late (not offered)
+  uint64_t tx_refused = 0;    ///< frames the port's wire refused (its own device full: not offered)
   uint64_t rx = 0;            ///< unique frames of this stream received
   uint64_t lost = 0;          ///< offered - rx
   uint64_t duplicates = 0, reordered = 0, out_of_range = 0;
@@ -69,8 +75,20 @@ struct StreamResult {
   double mean_interval_ns = 0;  ///< (last - first departure) / (offered - 1)
 };
 
+/// A port as a trial saw it: what it is, and a wire's counters over the port's life.
+struct PortResult {
+  std::string name;
+  std::string type;    ///< as --port spells it (the one in use after an af-xdp fallback)
+  std::string target;  ///< the socket path, interface or DEVARGS
+  uint32_t queues = 1;
+  bool wire = false;
+  WirePortCounters wire_counters;     ///< wire ports
+  wire::DeviceCounters device;        ///< wire ports: the device's own counters
+};
+
 struct GenResult {
   std::vector<StreamResult> streams;
+  std::vector<PortResult> ports;
   double tsc_hz = 0;
   double set_interval_ns = 0;
   double tx_cycles_per_packet = 0;  ///< TSC cycles of the TX work per frame sent
@@ -82,8 +100,8 @@ struct GenResult {
   uint64_t learn_incomplete = 0;  ///< learning frames the switch did not take in time
   double duration_s = 0;          ///< the transmission period asked for
   double elapsed_s = 0;
-  std::string ring = "split";  ///< the virtqueue layout of every port: split | packed
-  uint32_t queues = 1;         ///< queue pairs per port (flow f on transmit queue f % queues)
+  std::string ring = "split";  ///< the virtqueue layout of every vhost-user port: split | packed
+  uint32_t queues = 1;         ///< queue pairs per vhost-user port (flow f on queue f % queues)
   nlohmann::json to_json() const;
 };
 
@@ -101,7 +119,7 @@ bool check_trial(double rate_pps, double duration_s, std::string* err);
 class Generator {
  public:
   explicit Generator(GenConfig c) : cfg_(std::move(c)) {}
-  /// Opens the ports (vhost-user negotiation). False with `*err` on failure.
+  /// Opens the ports (vhost-user negotiation, wires). False with `*err` on failure.
   bool open(std::string* err);
   /// Runs one trial. Ports stay open for the next; each trial tags its frames (the high 16
   /// bits of the trailer's stream field), so late frames of an earlier trial are foreign.
@@ -118,7 +136,7 @@ class Generator {
  private:
   uint64_t learn();
   GenConfig cfg_;
-  std::vector<VPort> ports_;
+  std::vector<GenPort> ports_;
   TscClock clock_;
   uint32_t trial_ = 0;
 };

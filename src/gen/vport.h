@@ -24,8 +24,16 @@
 
 namespace vl::gen {
 
+/// What a generator port is attached to: a vhost-user back-end (VPort, this file), or a
+/// wire of one of the switch's uplink types (WirePort, gen/wire_port.h).
+enum class PortKind : uint8_t { kVhostUser, kTap, kAfPacket, kAfXdp, kDpdk };
+
+/// A generator port's configuration (`--port NAME=TYPE:ARG`): the vhost-user settings, or
+/// for a wire the interface or DEVARGS in `path` (`server`, `timeout_ms` and `packed` then
+/// do not apply; `queues` applies to af-xdp and dpdk, `queue_size` to every kind).
 struct VPortConfig {
   std::string name;
+  PortKind kind = PortKind::kVhostUser;
   std::string path;
   bool server = false;        ///< listen on path (the back-end is a vhost-user client)
   uint32_t queue_size = 256;  ///< entries per virtqueue

@@ -29,7 +29,10 @@ std::unique_ptr<wire::Wire> make_wire(const PortConfig& cfg) {
     case PortType::kDpdk: {
       wire::DpdkWire::Options o;
       o.queues = cfg.queues;
-      o.rx_desc = o.tx_desc = std::max<uint32_t>(cfg.queue_size, 512);
+      // At least 1024: DPDK 22.11's net_af_xdp reserves 1024 fill-ring entries per queue at
+      // set-up and refuses a smaller ring ("Failed to configure xdp socket"): with 512, a
+      // dpdk:net_af_xdp0,iface=IF port of the default queue_size did not open.
+      o.rx_desc = o.tx_desc = std::max<uint32_t>(cfg.queue_size, 1024);
       o.mtu = cfg.mtu;
       return std::make_unique<wire::DpdkWire>(cfg.path, o);
     }
