@@ -187,6 +187,9 @@ bool parse_port(const std::string& spec, const GenArgs& a, gen::VPortConfig* p) 
     case port::PortType::kAfPacket: p->kind = gen::PortKind::kAfPacket; break;
     case port::PortType::kAfXdp: p->kind = gen::PortKind::kAfXdp; break;
     case port::PortType::kDpdk: p->kind = gen::PortKind::kDpdk; break;
+    case port::PortType::kVxlan:  // (a tunnel needs a switch's underlay port)
+      spdlog::error("--port {}: the generator takes no vxlan port (put it behind a switch's tunnel)", spec);
+      return false;
   }
   if (!mac.empty() && !gen::parse_mac(mac.c_str(), &p->mac)) {
     spdlog::error("--port {}: bad mac", spec);
