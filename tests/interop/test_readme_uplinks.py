@@ -135,13 +135,13 @@ class ReadmeUplinks(unittest.TestCase):
             self.assertEqual(by["vx"]["type"], "vxlan")
             self.assertEqual(by["vx"]["state"], "connected")
             # The far end: Linux's own VTEP at 10.77.0.2 on eth1's peer, 10.88.0.2 inside.
-            sh("ip", "link", "add", "vx0", "type", "vxlan", "id", "100", "dstport", "4789", "local",
-               "10.77.0.2", "remote", "10.77.0.1", "dev", "p0", ns=peer)
-            sh("ip", "addr", "add", "10.88.0.2/24", "dev", "vx0", ns=peer)
-            sh("ip", "link", "set", "vx0", "up", ns=peer)
-            sh("ip", "addr", "add", "10.88.0.1/24", "dev", "vl-host", ns=ns)
-            sh("ip", "link", "set", "vl-host", "mtu", "1450", ns=ns)
-            r = sh("ping", "-c", "3", "-i", "0.2", "-W", "2", "10.88.0.2", ns=ns, check=False)
+            peer.ip("link", "add", "vx0", "type", "vxlan", "id", "100", "dstport", "4789", "local",
+                    "10.77.0.2", "remote", "10.77.0.1", "dev", "p0")
+            peer.addr("vx0", "10.88.0.2/24")
+            peer.up("vx0")
+            ns.addr("vl-host", "10.88.0.1/24")
+            ns.ip("link", "set", "vl-host", "mtu", "1450")
+            r = ns.run("ping", "-c", "3", "-i", "0.2", "-W", "2", "10.88.0.2", check=False)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             ports = json.loads(subprocess.run([vltest.VIRTLINK, "ctl", "--control", ctl_path, "ports",
                                                "--json"], stdout=subprocess.PIPE, text=True,
