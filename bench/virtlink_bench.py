@@ -891,7 +891,7 @@ def main():
                      "testpmd count; the ratios use cyc/f@max.")
         if not opts.no_plot and report.have_gnuplot() and rows:
             name = opts.name + ("-quick" if opts.quick else "") + \
-                ("-" + opts.uplink if opts.uplink else "")
+                ("-uplink-" + opts.uplink if opts.uplink else "")
             try:
                 if len({r["frame_size"] for r in rows}) > 1:
                     p = report.plot_throughput(rows, os.path.join(opts.plot_dir, name + "-ndr.png"),
