@@ -318,7 +318,9 @@ def bench_rfc2544(opts):
                             vnf_pmd_mode="interrupt" if n_vnfs else None,
                             ring=opts.ring, queues=opts.queues,
                             pmd_threads=opts.pmd_threads if kind == "virtlink" else 1,
-                            streams=1 if topology in topologies.UNIDIRECTIONAL else 2,
+                            # One way (p2v): one stream, as batching's rows say; null
+                            # for the two-way topologies, as before.
+                            streams=1 if topology in topologies.UNIDIRECTIONAL else None,
                             uplink=uplink, gen_wire=opts.gen_wire if uplink else None,
                             **fields))
                         if hist:
@@ -889,7 +891,7 @@ def main():
                      "testpmd count; the ratios use cyc/f@max.")
         if not opts.no_plot and report.have_gnuplot() and rows:
             name = opts.name + ("-quick" if opts.quick else "") + \
-                ("-" + opts.uplink if opts.uplink else "")
+                ("-uplink-" + opts.uplink if opts.uplink else "")
             try:
                 if len({r["frame_size"] for r in rows}) > 1:
                     p = report.plot_throughput(rows, os.path.join(opts.plot_dir, name + "-ndr.png"),

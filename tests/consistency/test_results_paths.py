@@ -24,8 +24,8 @@ FULL_PATH = re.compile(r"bench/results/[^\s`'\")\]<>|]*")
 # The benches' result names (bench/results/README.md "Latest run per bench"; fuzz-:
 # fuzz/run-long.sh).
 RESULT_NAME = re.compile(r"(history/\d{4}-\d{2}-\d{2}/)?"
-                         r"(p2p|pvp|pvvp|loopback|chain|batching|ping|tcp|soak|instructions|"
-                         r"mq|fdb|driver|issue15|fuzz)-[A-Za-z0-9{},*._-]*")
+                         r"(p2p|p2v|pvp|pvvp|loopback|chain|batching|ping|tcp|soak|instructions|"
+                         r"mq|fdb|driver|issue15|fuzz|uplink)-[A-Za-z0-9{},*._-]*")
 
 
 def expand(name):

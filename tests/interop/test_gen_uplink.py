@@ -275,9 +275,11 @@ class GenUplink(unittest.TestCase):
                     r = subprocess.run([vltest.VIRTLINK, "ctl", "--control", ctl, "stats",
                                         "--json"], stdout=subprocess.PIPE,
                                        stderr=subprocess.DEVNULL, text=True)
+                    # Its own uplink (the recipe's paths are fixed: another switch on
+                    # /tmp/virtlink.ctl would answer too; this one then exits, above).
                     return r.returncode == 0 and any(
-                        p["name"] == "up" and p["state"] == "connected"
-                        for p in json.loads(r.stdout)["ports"])
+                        p["name"] == "up" and p["path"] == "veth0" and
+                        p["state"] == "connected" for p in json.loads(r.stdout)["ports"])
                 vltest._wait(up, 15, "the README switch's uplink")
                 g = subprocess.run(["ip", "netns", "exec", ns_gen, "sh", "-c", gen_cmd],
                                    env=env, cwd=tmp, stdout=subprocess.PIPE,
