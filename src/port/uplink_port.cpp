@@ -264,27 +264,28 @@ uint32_t UplinkPort::pull(void* self, uint32_t qi) {
   // The chains the switch is done with come back first: their buffers take frames again.
   uint32_t id, len;
   while (q.from_wire_drv.get_used(&id, &len)) q.from_wire_bufs.put(id);
-  uint32_t n = std::min(q.from_wire_bufs.available(), kPullBurst);
-  if (n == 0) return 0;
-  wire::Buf b[kPullBurst];
-  uint32_t ids[kPullBurst];
-  for (uint32_t i = 0; i < n; ++i) {
-    q.from_wire_bufs.get(&ids[i]);
-    b[i] = {q.from_wire_bufs.data(ids[i]), u->from_size_, 0};
+  // Buffers stay staged for the wire from one poll to the next: a poll that finds nothing
+  // costs the wire's look only, not taking and putting back a burst of buffers.
+  while (q.nstaged < kPullBurst && q.from_wire_bufs.get(&q.staged_id[q.nstaged])) {
+    q.staged[q.nstaged] = {q.from_wire_bufs.data(q.staged_id[q.nstaged]), u->from_size_, 0};
+    ++q.nstaged;
   }
-  const uint32_t got = u->wire_->recv(qi, b, n);
-  if (u->ntunnels_) [[unlikely]] {  // the buffers are free again at once
-    u->demux(q, qi, b, got);
-    for (uint32_t i = n; i-- > 0;) q.from_wire_bufs.put(ids[i]);
+  if (q.nstaged == 0) return 0;
+  const uint32_t got = u->wire_->recv(qi, q.staged, q.nstaged);
+  if (!got) return 0;
+  wire::bump(q.c.wire_rx_packets, got);
+  if (u->ntunnels_) [[unlikely]] {  // copied out by the tunnels: the buffers stay staged
+    u->demux(q, qi, q.staged, got);
     return got;
   }
   for (uint32_t i = 0; i < got; ++i)
-    q.from_wire_drv.add(q.from_wire_bufs.gpa(ids[i]), b[i].len, false, ids[i]);
-  for (uint32_t i = n; i-- > got;) q.from_wire_bufs.put(ids[i]);  // unused, in the order taken
-  if (got) {
-    q.from_wire_drv.publish();
-    wire::bump(q.c.wire_rx_packets, got);
+    q.from_wire_drv.add(q.from_wire_bufs.gpa(q.staged_id[i]), q.staged[i].len, false, q.staged_id[i]);
+  q.from_wire_drv.publish();
+  for (uint32_t i = got; i < q.nstaged; ++i) {  // the rest move to the front
+    q.staged[i - got] = q.staged[i];
+    q.staged_id[i - got] = q.staged_id[i];
   }
+  q.nstaged -= got;
   return got;
 }
 
@@ -296,7 +297,6 @@ uint32_t UplinkPort::demux(Queue& q, uint32_t qi, const wire::Buf* b, uint32_t g
       wire::bump(q.c.not_for_vtep);
   }
   for (uint32_t t = 0; t < ntunnels_; ++t) tunnels_[t]->rx_batch_done(qi);
-  if (got) wire::bump(q.c.wire_rx_packets, got);
   return got;
 }
 

@@ -100,6 +100,10 @@ class UplinkPort final : public Port {
   }
 
  private:
+  /// Frames one pull() takes from the wire, and one push() hands it, at most.
+  static constexpr uint32_t kPullBurst = 32;
+  static constexpr uint32_t kPushBurst = 64;
+
   /// One queue pair: the receive queue (the switch fills it, the wire sends it) and the
   /// transmit queue (the wire fills it, the switch takes it), each as the driver and as the
   /// device sees it, and each with its buffers.
@@ -108,6 +112,10 @@ class UplinkPort final : public Port {
     virtio::SplitDeviceQueue to_wire_dev, from_wire_dev;
     virtio::BufferPool to_wire_bufs, from_wire_bufs;
     UplinkQueueCounters c;
+    /// Transmit-queue buffers taken from the pool for the wire's next recv (pull's only).
+    wire::Buf staged[kPullBurst];
+    uint32_t staged_id[kPullBurst];
+    uint32_t nstaged = 0;
   };
   static uint32_t pull(void* self, uint32_t q);
   static void push(void* self, uint32_t q);
@@ -116,9 +124,6 @@ class UplinkPort final : public Port {
   void publish_dp();
   void leave_dp();
 
-  /// Frames one pull() takes from the wire, and one push() hands it, at most.
-  static constexpr uint32_t kPullBurst = 32;
-  static constexpr uint32_t kPushBurst = 64;
 
   PortConfig cfg_;
   std::unique_ptr<wire::Wire> wire_;
