@@ -66,6 +66,23 @@ class TestTimeout(Exception):
     pass
 
 
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+def readme_command(start):
+    """The README's command that begins with `start` (continuation lines joined): the
+    recipe tests run the README's commands exactly as printed."""
+    with open(os.path.join(REPO, "README.md")) as f:
+        lines = f.read().split("\n")
+    for i, line in enumerate(lines):
+        if line.strip().startswith(start):
+            cmd = line.strip()
+            while cmd.endswith("\\"):
+                i += 1
+                cmd = cmd[:-1] + " " + lines[i].strip()
+            return cmd
+    raise AssertionError("README.md has no command starting with %r" % start)
+
 def log(msg):
     sys.stderr.write("[vltest %s] %s\n" % (time.strftime("%H:%M:%S"), msg))
     sys.stderr.flush()

@@ -36,7 +36,6 @@ import report
 import topologies
 from vltestlib import vltest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BENCH_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
@@ -71,20 +70,6 @@ def link_counter(dev, name, ns=None):
     argv = (["ip", "netns", "exec", ns] if ns else []) + [
         "cat", "/sys/class/net/%s/statistics/%s" % (dev, name)]
     return int(subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=True).stdout)
-
-
-def readme_command(start):
-    """The README's command that begins with `start` (continuation lines joined)."""
-    with open(os.path.join(ROOT, "README.md")) as f:
-        lines = f.read().split("\n")
-    for i, line in enumerate(lines):
-        if line.strip().startswith(start):
-            cmd = line.strip()
-            while cmd.endswith("\\"):
-                i += 1
-                cmd = cmd[:-1] + " " + lines[i].strip()
-            return cmd
-    raise AssertionError("README.md has no command starting with %r" % start)
 
 
 class GenUplink(unittest.TestCase):
@@ -246,8 +231,8 @@ class GenUplink(unittest.TestCase):
     def test_readme_recipe(self):
         # The switch's and the generator's recipes, as printed: the switch in a namespace
         # with veth0, the generator in another with veth1 (its peer).
-        sw_cmd = readme_command("virtlink switch --port up=af-xdp:veth0")
-        gen_cmd = readme_command("virtlink gen --port p=af-xdp:veth1")
+        sw_cmd = vltest.readme_command("virtlink switch --port up=af-xdp:veth0")
+        gen_cmd = vltest.readme_command("virtlink gen --port p=af-xdp:veth1")
         vltest.log("README commands:\n  %s\n  %s" % (sw_cmd, gen_cmd))
         env = dict(os.environ, PATH=os.path.dirname(vltest.VIRTLINK) + ":" + os.environ["PATH"])
         ns_sw, ns_gen = "vlrs%d" % os.getpid(), "vlrg%d" % os.getpid()

@@ -17,21 +17,6 @@ import unittest
 
 from vltestlib import netns, vltest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def readme_command(start):
-    """The README's command that begins with `start` (continuation lines joined)."""
-    with open(os.path.join(ROOT, "README.md")) as f:
-        lines = f.read().split("\n")
-    for i, line in enumerate(lines):
-        if line.strip().startswith(start):
-            cmd = line.strip()
-            while cmd.endswith("\\"):
-                i += 1
-                cmd = cmd[:-1] + " " + lines[i].strip()
-            return cmd
-    raise AssertionError(f"README.md has no command starting with {start!r}")
 
 
 class ReadmeUplinks(unittest.TestCase):
@@ -40,7 +25,7 @@ class ReadmeUplinks(unittest.TestCase):
         """Runs README command `start` in a namespace with veth pairs IFACE<->pK (the peer
         ends in a second namespace, p0 with 10.77.0.2/24; vltestlib.netns), then
         `checks(ctl_json, peer_ns, switch_ns, ctl)`."""
-        cmd = readme_command(start)
+        cmd = vltest.readme_command(start)
         vltest.log(f"README command: {cmd}")
         env = dict(os.environ, PATH=os.path.dirname(os.path.abspath(vltest.VIRTLINK)) + ":" +
                    os.environ.get("PATH", ""))
