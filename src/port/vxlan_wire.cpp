@@ -329,7 +329,10 @@ void VxlanWire::push_inner(uint32_t q, int remote, const uint8_t* hdr, const uin
   if (hdr && (hdr[0] & virtio::kNetHdrFNeedsCsum)) {
     const uint32_t start = static_cast<uint32_t>(hdr[6] | hdr[7] << 8);
     if (start < inner_off + 14) {  // the outer UDP checksum: the inner frame is complete
-      if (hdr[1] != 0) return;     // (a train without an inner checksum: checked by the caller)
+      if (hdr[1] != 0) {           // (a train without an inner checksum: demux refuses it)
+        bump(rxc_[q].outer_gso);
+        return;
+      }
     } else {
       std::memcpy(nh, hdr, 10);
       const uint32_t hl = static_cast<uint32_t>(hdr[2] | hdr[3] << 8);
