@@ -655,6 +655,34 @@ def fmt_stats(stats):
 # ---------------------------------------------------------------------------------------
 # ctest registration
 
+
+def run_gen(tb, ports, args, timeout=60, name="gen", netns=None, cpu="0"):
+    """Runs `virtlink gen` once (one trial) for Testbed `tb` with `ports` [(name, spec)] and
+    extra `args`, in network namespace `netns` if given, pinned to `cpu`; fails on a
+    sanitizer report or a non-zero exit; returns its JSON."""
+    out = os.path.join(tb.dir, name + ".json")
+    argv = ([] if netns is None else ["ip", "netns", "exec", netns]) + [VIRTLINK, "gen"]
+    for n, spec in ports:
+        argv += ["--port", "%s=%s" % (n, spec)]
+    argv += ["--cpu", str(cpu), "--json", out] + list(args)
+    p = Proc(name, argv, tb.dir)
+    tb.procs.append(p)
+    try:
+        p.p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    rc = p.stop()
+    text = p.output()
+    for m in SANITIZER_MARKERS:
+        if m in text:
+            raise AssertionError("gen output has a sanitizer report: %r\n%s" % (m, text[-4000:]))
+    if rc != 0:
+        raise AssertionError("gen exited with status %s:\n%s" % (rc, text[-4000:]))
+    with open(out) as f:
+        doc = json.load(f)
+    log("gen: " + " | ".join(l for l in text.splitlines() if l.startswith(("stream", "clock"))))
+    return doc
+
 def ctest(name, timeout, asan=False, qemu=False):
     """Registers the decorated test method (or test class: the whole class is one entry) as
     the ctest entry `name`, run as `python3 FILE --virtlink BIN --timeout W Class[.method]`.

@@ -28,28 +28,7 @@ GEN_CPU = "0"  # the switch's PMD (or testpmd's forwarding lcore) is on CPU 1
 
 def run_gen(tb, ports, args, timeout=60, name="gen"):
     """Runs `virtlink gen` once (one trial) with `ports` [(name, spec)], returns its JSON."""
-    out = os.path.join(tb.dir, name + ".json")
-    argv = [vltest.VIRTLINK, "gen"]
-    for n, spec in ports:
-        argv += ["--port", "%s=%s" % (n, spec)]
-    argv += ["--cpu", GEN_CPU, "--json", out] + list(args)
-    p = vltest.Proc(name, argv, tb.dir)
-    tb.procs.append(p)
-    try:
-        p.p.wait(timeout)
-    except subprocess.TimeoutExpired:
-        pass
-    rc = p.stop()
-    text = p.output()
-    for m in vltest.SANITIZER_MARKERS:
-        if m in text:
-            raise AssertionError("gen output has a sanitizer report: %r\n%s" % (m, text[-4000:]))
-    if rc != 0:
-        raise AssertionError("gen exited with status %s:\n%s" % (rc, text[-4000:]))
-    with open(out) as f:
-        doc = json.load(f)
-    vltest.log("gen: " + " | ".join(l for l in text.splitlines() if l.startswith(("stream", "clock"))))
-    return doc
+    return vltest.run_gen(tb, ports, args, timeout=timeout, name=name, cpu=GEN_CPU)
 
 
 class Gen(unittest.TestCase):

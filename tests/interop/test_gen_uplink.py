@@ -42,27 +42,7 @@ BENCH_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 def run_gen(tb, links, ports, args, timeout=60):
     """Runs `virtlink gen` once in the links' namespace with `ports` [(name, spec)] and
     returns its JSON."""
-    out = os.path.join(tb.dir, "gen.json")
-    argv = ["ip", "netns", "exec", links.ns, vltest.VIRTLINK, "gen"]
-    for n, spec in ports:
-        argv += ["--port", "%s=%s" % (n, spec)]
-    argv += ["--cpu", "0", "--json", out] + list(args)
-    p = vltest.Proc("gen", argv, tb.dir)
-    tb.procs.append(p)
-    try:
-        p.p.wait(timeout)
-    except subprocess.TimeoutExpired:
-        pass
-    rc = p.stop()
-    text = p.output()
-    vltest.log("gen output:\n" + text[-3000:])
-    for m in vltest.SANITIZER_MARKERS:
-        if m in text:
-            raise AssertionError("gen output has a sanitizer report: %r" % m)
-    if rc != 0:
-        raise AssertionError("gen exited with status %s:\n%s" % (rc, text[-4000:]))
-    with open(out) as f:
-        return json.load(f)
+    return vltest.run_gen(tb, ports, args, timeout=timeout, netns=links.ns)
 
 
 def link_counter(dev, name, ns=None):
