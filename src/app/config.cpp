@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <string_view>
+#include <type_traits>
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -74,6 +75,11 @@ std::optional<port::PortConfig> parse_port_spec(const std::string& spec, std::st
   return c;
 }
 
+const char* const kPortSettingKeys =
+    "vlan, trunks, native_vlan, mtu, offloads, mrg_rxbuf, max_queues, queues, queue_size, "
+    "mac_limit, tx_retry_us, completion_coalesce_us, max_guest_memory_gib, socket_mode, "
+    "socket_owner, socket_group";
+
 namespace {
 /// A VLAN number as written: 1 to 4 decimal digits (sscanf's %u took "4294967306" as 10).
 bool vid_digits(const std::string& s, unsigned* out) {
@@ -128,7 +134,72 @@ bool set_port_setting(port::PortConfig* c, const std::string& key, const std::st
     }
     return true;
   }
-  *err = fmt::format("port {}: unknown setting '{}' (vlan, trunks, native_vlan)", c->name, key);
+  // A decimal number in lo..hi.
+  auto num = [&](uint64_t lo, uint64_t hi, auto* out) {
+    const bool digits = !value.empty() && value.size() <= 12 &&
+                        value.find_first_not_of("0123456789") == std::string::npos;
+    const uint64_t v = digits ? std::stoull(value) : 0;
+    if (!digits || v < lo || v > hi) {
+      *err = fmt::format("port {}: {}={}: a number in {}..{}", c->name, key, value, lo, hi);
+      return false;
+    }
+    *out = static_cast<std::remove_reference_t<decltype(*out)>>(v);
+    return true;
+  };
+  auto flag = [&](bool* out) {
+    if (value == "on" || value == "true") *out = true;
+    else if (value == "off" || value == "false") *out = false;
+    else {
+      *err = fmt::format("port {}: {}={}: on or off", c->name, key, value);
+      return false;
+    }
+    return true;
+  };
+  if (key == "mtu") return (value == "0" ? (c->mtu = 0, true) : num(68, 65535, &c->mtu));
+  if (key == "offloads") return flag(&c->offloads);
+  if (key == "mrg_rxbuf") return flag(&c->mrg_rxbuf);
+  if (key == "max_queues") return num(1, port::kMaxQueuePairs, &c->max_queues);
+  if (key == "queues") return num(1, port::kMaxQueuePairs, &c->queues);
+  if (key == "mac_limit") return num(0, 1u << 27, &c->mac_limit);
+  if (key == "queue_size") {
+    if (!num(64, 4096, &c->queue_size)) return false;
+    if (c->queue_size & (c->queue_size - 1)) {
+      *err = fmt::format("port {}: queue_size={}: a power of two", c->name, value);
+      return false;
+    }
+    return true;
+  }
+  if (key == "tx_retry_us") {
+    c->explicit_keys |= port::kKeyTxRetry;
+    return num(0, port::kMaxTxRetryUs, &c->tx_retry_us);
+  }
+  if (key == "completion_coalesce_us") {
+    c->explicit_keys |= port::kKeyCompletionCoalesce;
+    return num(0, port::kMaxCompletionCoalesceUs, &c->completion_coalesce_us);
+  }
+  if (key == "max_guest_memory_gib") {
+    uint64_t g = 0;
+    if (!num(1, 1u << 16, &g)) return false;
+    c->max_guest_memory = g << 30;
+    c->explicit_keys |= port::kKeyMaxGuestMemory;
+    return true;
+  }
+  if (key == "socket_mode") {
+    const auto m = parse_socket_mode(value);
+    if (!m) {
+      *err = fmt::format("port {}: socket_mode={}: octal permission bits, e.g. 0660", c->name, value);
+      return false;
+    }
+    c->socket_mode = *m;
+    c->explicit_keys |= port::kKeySocketMode;
+    return true;
+  }
+  if (key == "socket_owner" || key == "socket_group") {
+    (key == "socket_owner" ? c->socket_owner : c->socket_group) = value;
+    c->explicit_keys |= key == "socket_owner" ? port::kKeySocketOwner : port::kKeySocketGroup;
+    return true;
+  }
+  *err = fmt::format("port {}: unknown setting '{}' ({})", c->name, key, kPortSettingKeys);
   return false;
 }
 
@@ -525,8 +596,7 @@ bool validate_tunnels(const SwitchConfig& cfg, const std::set<std::string>& link
 }
 }  // namespace
 
-bool validate(const SwitchConfig& cfg, std::string* err) {
-  if (cfg.ports.empty()) { *err = "no ports: give --port or [[port]] in --config"; return false; }
+bool validate(const SwitchConfig& cfg, std::string* err, bool at_start) {
   if (cfg.ports.size() > port::kMaxPorts) {
     *err = fmt::format("{} ports, at most {}", cfg.ports.size(), port::kMaxPorts);
     return false;
@@ -540,7 +610,7 @@ bool validate(const SwitchConfig& cfg, std::string* err) {
   }
   // xconnect pairs ports in the order given, 1<->2, 3<->4, ... (INTERFACES.md): with an odd
   // count the last port would have no peer and drop every frame it receives.
-  if (cfg.forward == dp::ForwardMode::kXconnect && cfg.ports.size() % 2 != 0) {
+  if (at_start && cfg.forward == dp::ForwardMode::kXconnect && cfg.ports.size() % 2 != 0) {
     *err = fmt::format(
         "forward xconnect pairs ports in the order given (1<->2, 3<->4, ...): port '{}' has no "
         "peer; give an even number of ports (or forward bridge)",

@@ -23,6 +23,10 @@ struct SwitchConfig {
   std::string flush = "rx-batch";  ///< flush policy of every port (dp/flush.h)
   std::map<std::string, std::string> port_flush;  ///< port name -> its own flush policy
   std::string control_path;    ///< empty: control::default_control_path()
+  /// --db: the state file of run-time changes (app/state_db.h); empty: none.
+  std::string db_path;
+  /// --config: the TOML file a SIGHUP reads again; empty: none.
+  std::string config_file;
   uint32_t mac_aging_s = 300;
   uint32_t burst = 32;
   uint32_t fdb_buckets = 1u << 16;
@@ -57,9 +61,13 @@ std::optional<uint32_t> parse_socket_mode(const std::string& s);
 
 /// Parses "NAME=vhost-user:PATH" or "NAME=vhost-user-client:PATH".
 std::optional<port::PortConfig> parse_port_spec(const std::string& spec, std::string* err);
-/// Sets one of a port's settings from text, as `--port-set NAME:KEY=VALUE` gives it: `vlan`
-/// (1..4094, or 0 for none), `trunks` (a VLAN list "10,20-30", or "" for none),
-/// `native_vlan` (1..4094, or 0). False with `*err` for an unknown key or a bad value.
+/// Sets one of a port's settings from text, as `--port-set NAME:KEY=VALUE`, `ctl add-port`
+/// and `ctl set-port` give it: `vlan` (1..4094, or 0 for none), `trunks` (a VLAN list
+/// "10,20-30", or "" for none), `native_vlan` (1..4094, or 0), and the [[port]] keys of the
+/// same names (kPortSettingKeys: mtu in bytes, 0 for the default; offloads and mrg_rxbuf
+/// on|off; µs for the *_us keys; socket_mode octal). False with `*err` for an unknown key
+/// or a bad value.
+extern const char* const kPortSettingKeys;
 bool set_port_setting(port::PortConfig* c, const std::string& key, const std::string& value,
                       std::string* err);
 /// Parses a VLAN list "10,20-30" (each 1..4094, ranges ascending) into `out`, sorted,
@@ -77,7 +85,9 @@ std::optional<dp::PmdMode> parse_pmd_mode(const std::string& s);
 bool load_toml(const std::string& file, SwitchConfig* cfg, std::string* err);
 
 /// Cross-checks a complete configuration (unique names and paths, port count, an even port
-/// count for xconnect, links, PMD cores, flush).
-bool validate(const SwitchConfig& cfg, std::string* err);
+/// count for xconnect, links, PMD cores, flush). A switch may start without ports (they
+/// come with `ctl add-port`). `at_start` false: the ports of a running switch, where
+/// xconnect pairs slots (2k, 2k+1) and a port may wait for its peer.
+bool validate(const SwitchConfig& cfg, std::string* err, bool at_start = true);
 
 }  // namespace vl::app

@@ -93,12 +93,70 @@ bool links(Switch& sw, const CtlArgv&, Json* out, std::string*) {
 
 /// link A B: the front-end of B serves A's rings.
 bool link(Switch& sw, const CtlArgv& argv, Json* out, std::string* err) {
-  return sw.links().link(argv[0], argv[1], out, err);
+  const bool ok = sw.links().link(argv[0], argv[1], out, err);
+  if (ok) sw.state_changed();
+  return ok;
 }
 
 bool unlink(Switch& sw, const CtlArgv& argv, Json* out, std::string* err) {
-  return sw.links().unlink(argv[0], argv[1], out, err);
+  const bool ok = sw.links().unlink(argv[0], argv[1], out, err);
+  if (ok) sw.state_changed();
+  return ok;
 }
+
+/// Takes the flag `flag` out of `argv` (anywhere, as `virtlink ctl` passes it).
+bool take_flag(CtlArgv& argv, const char* flag) {
+  const auto n = std::erase(argv, std::string(flag));
+  return n != 0;
+}
+
+/// A refusal that is the request's fault reads as a usage error (ctl's exit status 2).
+bool refused(bool ok, bool usage, std::string* err) {
+  if (!ok && usage) *err = "usage: " + *err;
+  return ok;
+}
+
+/// add-port [--may-exist] NAME TYPE ARG [KEY=VALUE ...]
+bool add_port(Switch& sw, const CtlArgv& argv, Json* out, std::string* err) {
+  CtlArgv a = argv;
+  const bool may_exist = take_flag(a, "--may-exist");
+  if (a.size() < 3) {
+    *err = std::string(control::usage_error(*control::find_command("add-port")));
+    return false;
+  }
+  bool usage = false;
+  const CtlArgv settings(a.begin() + 3, a.end());
+  const bool ok = sw.add_port(a[0], a[1], a[2], settings, may_exist, out, err, &usage);
+  return refused(ok, usage, err);
+}
+
+/// del-port [--if-exists] NAME
+bool del_port(Switch& sw, const CtlArgv& argv, Json* out, std::string* err) {
+  CtlArgv a = argv;
+  const bool if_exists = take_flag(a, "--if-exists");
+  if (a.size() != 1) {
+    *err = std::string(control::usage_error(*control::find_command("del-port")));
+    return false;
+  }
+  bool usage = false;
+  const bool ok = sw.del_port(a[0], if_exists, out, err, &usage);
+  return refused(ok, usage, err);
+}
+
+/// set-port NAME KEY=VALUE ...
+bool set_port(Switch& sw, const CtlArgv& argv, Json* out, std::string* err) {
+  bool usage = false;
+  const bool ok = sw.set_port(argv[0], CtlArgv(argv.begin() + 1, argv.end()), out, err, &usage);
+  return refused(ok, usage, err);
+}
+
+bool stats_clear(Switch& sw, const CtlArgv&, Json* out, std::string*) {
+  sw.clear_stats();
+  *out = {{"cleared", true}};
+  return true;
+}
+
+bool reload(Switch& sw, const CtlArgv&, Json* out, std::string* err) { return sw.reload(out, err); }
 
 bool version(Switch&, const CtlArgv&, Json* out, std::string*) {
   *out = {{"version", VIRTLINK_VERSION}};
@@ -116,6 +174,11 @@ constexpr CtlCommand kHandlers[] = {
     {"links", links},
     {"link", link},
     {"unlink", unlink},
+    {"add-port", add_port},
+    {"del-port", del_port},
+    {"set-port", set_port},
+    {"stats-clear", stats_clear},
+    {"reload", reload},
     {"version", version},
 };
 

@@ -13,6 +13,39 @@
 
 namespace vl::app {
 
+port::CounterSnapshot raw_port_counters(const SwitchView& sw, uint32_t p) {
+  port::CounterSnapshot s;
+  for (const auto& t : sw.pmds.threads()) t->forwarder().counters(p).accumulate(s);
+  sw.links.add_counters(p, s);  // what direct-link peers moved on this port's rings
+  return s;
+}
+
+QueueCounts raw_queue_counts(const SwitchView& sw, uint32_t port, uint32_t q) {
+  QueueCounts v;
+  for (const auto& t : sw.pmds.threads()) {
+    const port::QueueCounters& c = t->forwarder().queue_counters(port, q);
+    v.handed += c.handoff_packets.load(std::memory_order_relaxed);
+    v.rxp += c.rx_packets.load(std::memory_order_relaxed);
+    v.rxb += c.rx_bytes.load(std::memory_order_relaxed);
+    v.txp += c.tx_packets.load(std::memory_order_relaxed);
+    v.txb += c.tx_bytes.load(std::memory_order_relaxed);
+    v.nobuf += c.no_rx_buffer.load(std::memory_order_relaxed);
+  }
+  return v;
+}
+
+void take_counter_base(const SwitchView& sw, uint32_t p, CounterBase* base) {
+  base->port[p] = raw_port_counters(sw, p);
+  for (uint32_t q = 0; q < port::kMaxQueuePairs; ++q) base->queue[p][q] = raw_queue_counts(sw, p, q);
+  for (uint32_t b = 0; b < dp::QueueAgeStats::kBuckets; ++b) {
+    uint64_t h = 0;
+    for (const auto& t : sw.pmds.threads())
+      h += t->forwarder().queue_age(p).hist[b].load(std::memory_order_relaxed);
+    base->age_hist[p][b] = h;
+  }
+  for (const auto& t : sw.pmds.threads()) t->clear_queue_age_max(p);
+}
+
 namespace {
 
 std::string hex(uint64_t v) { return fmt::format("{:#x}", v); }
@@ -28,9 +61,8 @@ control::Json feature_names(uint64_t f) {
 }
 
 port::CounterSnapshot sum_counters(const SwitchView& sw, uint32_t p) {
-  port::CounterSnapshot s;
-  for (const auto& t : sw.pmds.threads()) t->forwarder().counters(p).accumulate(s);
-  sw.links.add_counters(p, s);  // what direct-link peers moved on this port's rings
+  port::CounterSnapshot s = raw_port_counters(sw, p);
+  subtract(s, sw.base.port[p]);
   return s;
 }
 
@@ -46,22 +78,14 @@ control::Json sched_json(int tid) {
 
 /// The switch's counters of queue pair q of `port` (summed over PMD threads), and which
 /// thread writes its receive queue (-1: none) and whether others hand frames to it.
-struct QueueView {
-  uint64_t rxp = 0, rxb = 0, txp = 0, txb = 0, nobuf = 0, handed = 0;
+struct QueueView : QueueCounts {
   int writer = -1;
   bool handed_to = false;
 };
 QueueView queue_view(const SwitchView& sw, uint32_t port, uint32_t q) {
   QueueView v;
-  for (const auto& t : sw.pmds.threads()) {
-    const port::QueueCounters& c = t->forwarder().queue_counters(port, q);
-    v.handed += c.handoff_packets.load(std::memory_order_relaxed);
-    v.rxp += c.rx_packets.load(std::memory_order_relaxed);
-    v.rxb += c.rx_bytes.load(std::memory_order_relaxed);
-    v.txp += c.tx_packets.load(std::memory_order_relaxed);
-    v.txb += c.tx_bytes.load(std::memory_order_relaxed);
-    v.nobuf += c.no_rx_buffer.load(std::memory_order_relaxed);
-  }
+  static_cast<QueueCounts&>(v) = raw_queue_counts(sw, port, q);
+  subtract(v, sw.base.queue[port][q]);
   const port::PortDp& d = sw.ports[port]->dp();
   for (uint32_t t = 0; t < sw.pmds.threads().size() && t < port::kMaxPmdThreads; ++t) {
     const port::PortDp::RxTargets& r = d.rx_for[t];
@@ -230,6 +254,7 @@ void add_queue_age(const SwitchView& sw, uint32_t port, control::Json* out) {
     for (uint32_t b = 0; b < dp::QueueAgeStats::kBuckets; ++b)
       hist[b] += a.hist[b].load(std::memory_order_relaxed);
   }
+  for (uint32_t b = 0; b < dp::QueueAgeStats::kBuckets; ++b) hist[b] = since(hist[b], sw.base.age_hist[port][b]);
   control::Json h = control::Json::array();
   for (uint32_t b = 0; b < dp::QueueAgeStats::kBuckets; ++b) {
     if (!hist[b]) continue;
@@ -246,6 +271,7 @@ void add_queue_age(const SwitchView& sw, uint32_t port, control::Json* out) {
 control::Json stats_json(const SwitchView& sw) {
   control::Json ports = control::Json::array();
   for (uint32_t i = 0; i < sw.ports.size(); ++i) {
+    if (!sw.ports[i]) continue;  // a vacant slot
     const port::Port& p = *sw.ports[i];
     const port::CounterSnapshot c = sum_counters(sw, i);
     control::Json drops = control::Json::object();
@@ -295,6 +321,7 @@ control::Json stats_json(const SwitchView& sw) {
 control::Json ports_json(const SwitchView& sw) {
   control::Json out = control::Json::array();
   for (uint32_t i = 0; i < sw.ports.size(); ++i) {
+    if (!sw.ports[i]) continue;  // a vacant slot
     if (const auto* u = dynamic_cast<const port::UplinkPort*>(sw.ports[i].get())) {
       const port::UplinkPort& p = *u;
       out.push_back({{"name", p.name()},
@@ -314,6 +341,7 @@ control::Json ports_json(const SwitchView& sw) {
                      {"queue_size", p.queue_size()},
                      {"direct_link", sw.links.role(i)}});
       out.back()["vlan"] = vlan_json(p.config());
+      out.back()["external_ids"] = sw.external_ids[i];
       if (p.vxlan()) out.back()["tunnel"] = tunnel_json(p);
       if (p.is_underlay()) out.back()["underlay_of"] = p.tunnel_names();
       continue;
@@ -356,6 +384,7 @@ control::Json ports_json(const SwitchView& sw) {
                    {"direct_link", sw.links.role(i)},
                    {"vrings", vrings}});
     out.back()["vlan"] = vlan_json(p.config());
+    out.back()["external_ids"] = sw.external_ids[i];
   }
   return out;
 }
@@ -368,7 +397,7 @@ class FdbStream final : public control::ReplyStream {
  public:
   FdbStream(const SwitchView& sw, uint32_t port, size_t limit)
       : fdb_(sw.fdb), now_s_(sw.tables.now_s.load()), port_(port), limit_(limit) {
-    for (const auto& p : sw.ports) names_.push_back(control::Json(p->name()).dump());
+    for (const auto& p : sw.ports) names_.push_back(control::Json(p ? p->name() : "").dump());
   }
 
   bool next(std::string* out) override {

@@ -4,10 +4,13 @@
 // thread. Keys are only ever added.
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "app/config.h"
+#include "app/counter_base.h"
 #include "app/links.h"
 #include "control/control_server.h"
 #include "dp/fdb.h"
@@ -24,9 +27,22 @@ struct SwitchView {
   const dp::SwitchTables& tables;
   const dp::Fdb& fdb;
   const dp::PmdSet& pmds;
+  /// Indexed by slot (port id); null where no port is (deleted at run time).
   const std::vector<std::unique_ptr<port::Port>>& ports;
   const LinkManager& links;
+  /// The counters' baselines (app/counter_base.h), subtracted from what `stats` shows.
+  const CounterBase& base;
+  /// Per slot: the port's external-id:KEY=VALUE metadata (`ctl add-port`, `set-port`).
+  const std::map<std::string, std::string>* external_ids;
 };
+
+/// The datapath's counters of port `p` (summed over PMD threads and direct-link peers) and
+/// of its queue pair `q`, without a baseline.
+port::CounterSnapshot raw_port_counters(const SwitchView& sw, uint32_t p);
+QueueCounts raw_queue_counts(const SwitchView& sw, uint32_t port, uint32_t q);
+/// Sets `base`'s entries of port `p` to its counters now (they show as 0 from here on) and
+/// starts its longest queue age afresh.
+void take_counter_base(const SwitchView& sw, uint32_t p, CounterBase* base);
 
 /// `ctl stats`: {"ports": [...]}, per port its counters summed over the PMD threads and
 /// direct-link peers, drops by reason, flush policy, queue age and "queues".

@@ -40,7 +40,31 @@ const char* LinkManager::state_name(State s) {
   return "?";
 }
 
-std::string LinkManager::name(uint32_t p) const { return (*ports_)[p]->name(); }
+std::string LinkManager::name(uint32_t p) const {
+  return p < ports_->size() && (*ports_)[p] ? (*ports_)[p]->name() : std::string();
+}
+
+std::vector<std::pair<std::string, std::string>> LinkManager::pairs() const {
+  std::vector<std::pair<std::string, std::string>> v;
+  for (const Link& l : links_)
+    if (!l.forget) v.emplace_back(name(l.a), name(l.b));
+  return v;
+}
+
+bool LinkManager::drop_port(uint32_t p, std::string* err) {
+  for (auto it = links_.begin(); it != links_.end(); ++it) {
+    if (it->a != p && it->b != p) continue;
+    if (it->state == State::kDirect) revoke(*it, "a port of the link was deleted");
+    if (it->state == State::kQuarantined) {
+      *err = fmt::format("link {} {}: B has not yet let go of A's rings; retry in a second",
+                         name(it->a), name(it->b));
+      return false;
+    }
+    links_.erase(it);
+    return true;
+  }
+  return true;
+}
 
 port::VhostPort* LinkManager::vhost(uint32_t p) const {
   return dynamic_cast<port::VhostPort*>((*ports_)[p].get());

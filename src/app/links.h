@@ -61,6 +61,12 @@ class LinkManager final : public port::LinkHooks {
 
   void port_changing(uint32_t port) override;
 
+  /// The links (A, B) by port name, for the state file.
+  std::vector<std::pair<std::string, std::string>> pairs() const;
+  /// Before port `p` is deleted: revokes and forgets its link. False with `*err` while the
+  /// link's revocation waits for B to let go of A's rings (quarantined: retry later).
+  bool drop_port(uint32_t p, std::string* err);
+
  private:
   enum class State : uint8_t { kSwitched, kDirect, kQuarantined };
   struct Link {

@@ -9,6 +9,7 @@
 
 #include "app/ctl_commands.h"
 #include "app/json_views.h"
+#include "app/state_db.h"
 #include "control/command_table.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -31,7 +32,9 @@ Switch::Switch(SwitchConfig cfg)
 
 Switch::~Switch() { teardown(); }
 
-SwitchView Switch::view() const { return {cfg_, tables_, fdb_, *pmds_, ports_, links_}; }
+SwitchView Switch::view() const {
+  return {cfg_, tables_, fdb_, *pmds_, ports_, links_, base_, external_ids_};
+}
 
 void Switch::prepare() {
   if (pmds_) return;  // done
@@ -40,7 +43,16 @@ void Switch::prepare() {
 }
 
 bool Switch::setup(std::string* err) {
+  if (!restore_state(err)) return false;
   prepare();
+  for (uint32_t i = 0; i < ports_.size(); ++i) {  // the state file's records, by name
+    const auto r = restored_.find(ports_[i]->name());
+    if (r == restored_.end()) continue;
+    runtime_[i] = r->second.runtime;
+    settings_[i] = r->second.settings;
+    external_ids_[i] = r->second.external_ids;
+  }
+  restored_.clear();
   open_event_fds();
   const std::string ctl_path =
       cfg_.control_path.empty() ? control::default_control_path() : cfg_.control_path;
@@ -48,11 +60,21 @@ bool Switch::setup(std::string* err) {
   epoll_add(ctl_.fd(), kKeyControl);
   if (!add_ctl_commands(*this, &ctl_, err)) return false;
   if (!start_datapath(err)) return false;
+  save_state();  // what the start made of the config and the state file
   spdlog::info("virtlink {} switch: {} port(s), forward {}, {} PMD thread(s) in {} mode, control {}",
                VIRTLINK_VERSION, ports_.size(),
                cfg_.forward == dp::ForwardMode::kBridge ? "bridge" : "xconnect",
                pmds_->threads().size(), dp::pmd_mode_name(cfg_.pmd.mode), ctl_path);
   return true;
+}
+
+std::unique_ptr<port::Port> Switch::make_port(uint32_t i, const port::PortConfig& pc) {
+  if (pc.type == port::PortType::kVhostUser) {
+    auto v = std::make_unique<port::VhostPort>(i, pc, pmds_.get(), &mem_budget_);
+    v->set_link_hooks(&links_);
+    return v;
+  }
+  return std::make_unique<port::UplinkPort>(i, pc, port::make_wire(pc), pmds_.get());
 }
 
 void Switch::add_ports() {
@@ -61,17 +83,23 @@ void Switch::add_ports() {
   tables_.burst = cfg_.burst;
   tables_.now_s.store(static_cast<uint32_t>(mono_s()));
   pmds_ = std::make_unique<dp::PmdSet>(&tables_, cfg_.pmd_cores, cfg_.pmd);
+  // xconnect pairs slots (2k, 2k+1): the ports in the order given, and a port added at run
+  // time with the port in its partner slot. Every slot starts vacant.
+  for (uint32_t i = 0; i < port::kMaxPorts; ++i) {
+    tables_.ports[i].store(&vacant_);
+    tables_.xc_peer[i] = i ^ 1;
+  }
   for (uint32_t i = 0; i < cfg_.ports.size(); ++i) {
     const port::PortConfig& pc = cfg_.ports[i];
-    if (pc.type == port::PortType::kVhostUser) {
-      auto v = std::make_unique<port::VhostPort>(i, pc, pmds_.get(), &mem_budget_);
-      v->set_link_hooks(&links_);
-      ports_.push_back(std::move(v));
-    } else {
-      ports_.push_back(std::make_unique<port::UplinkPort>(i, pc, port::make_wire(pc), pmds_.get()));
+    ports_.push_back(make_port(i, pc));
+    if (cfg_.forward == dp::ForwardMode::kXconnect) {
+      // A cross-connected port's frames all come from its peer, whose rxqs roundrobin gives
+      // to thread (peer id) mod T: that thread writes the port's receive queue, so the frames
+      // need no handoff (dp/handoff.h).
+      ports_[i]->set_rx_writer_rotation(i ^ 1);
     }
-    tables_.ports[i] = ports_.back().get();
-    tables_.xc_peer[i] = dp::SwitchTables::kNoPeer;
+    tables_.ports[i].store(ports_.back().get());
+    if (pc.mac_limit) fdb_.set_port_limit(i, pc.mac_limit);
   }
   tables_.nports = static_cast<uint32_t>(ports_.size());
   attach_tunnels();
@@ -82,17 +110,6 @@ void Switch::add_ports() {
     if (v.mode != dp::PortVlan::Mode::kAll) tables_.vlans = true;
   }
   fdb_.set_vlans(tables_.vlans);
-  for (uint32_t i = 0; i + 1 < tables_.nports; i += 2) {
-    tables_.xc_peer[i] = i + 1;
-    tables_.xc_peer[i + 1] = i;
-    if (cfg_.forward == dp::ForwardMode::kXconnect) {
-      // A cross-connected port's frames all come from its peer, whose rxqs roundrobin gives
-      // to thread (peer id) mod T: that thread writes the port's receive queue, so the frames
-      // need no handoff (dp/handoff.h).
-      ports_[i]->set_rx_writer_rotation(i + 1);
-      ports_[i + 1]->set_rx_writer_rotation(i);
-    }
-  }
   // rxqs are assigned to PMD threads as their queues become ready (PmdSet::reassign).
 }
 
@@ -114,6 +131,7 @@ void Switch::open_event_fds() {
   sigemptyset(&mask);
   sigaddset(&mask, SIGINT);
   sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGHUP);  // reload (Switch::reload)
   sigaddset(&mask, SIGPIPE);
   pthread_sigmask(SIG_BLOCK, &mask, nullptr);  // before any thread starts: all inherit it
   sigdelset(&mask, SIGPIPE);
@@ -137,16 +155,16 @@ void Switch::attach_tunnels() {
     auto* under = u ? dynamic_cast<port::UplinkPort*>(ports_[*u].get()) : nullptr;
     if (!under) continue;
     under->attach_tunnel(static_cast<port::UplinkPort*>(ports_[i].get()));
-    tables_.underlays |= uint64_t{1} << *u;
+    tables_.underlays.fetch_or(uint64_t{1} << *u);
   }
 }
 
 bool Switch::start_datapath(std::string* err) {
-  watched_fd_.assign(ports_.size(), -1);
+  watched_fd_.assign(port::kMaxPorts, -1);
   // Tunnels after the rest: each opens on its underlay's wire.
   for (const bool tunnels : {false, true}) {
     for (uint32_t i = 0; i < ports_.size(); ++i) {
-      if ((cfg_.ports[i].type == port::PortType::kVxlan) != tunnels) continue;
+      if ((ports_[i]->config().type == port::PortType::kVxlan) != tunnels) continue;
       if (!ports_[i]->start(err)) return false;
       watch_port(i);
     }
@@ -160,7 +178,7 @@ bool Switch::start_datapath(std::string* err) {
 }
 
 void Switch::watch_port(uint32_t i) {
-  const int fd = ports_[i]->watch_fd();
+  const int fd = ports_[i] ? ports_[i]->watch_fd() : -1;
   if (fd == watched_fd_[i]) return;
   if (watched_fd_[i] >= 0) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, watched_fd_[i], nullptr);
   watched_fd_[i] = fd;
@@ -178,6 +196,7 @@ void Switch::on_tick() {
   pmds_->watchdog();  // a PMD thread blocked on a front-end's fd is interrupted (dp/pmd.h)
   pmds_->place_rx_writers();  // receive-queue writers follow traffic (dp/pmd.h)
   for (uint32_t i = 0; i < ports_.size(); ++i) {
+    if (!ports_[i]) continue;
     const bool was_connected = ports_[i]->connected();
     ports_[i]->on_tick();
     if (was_connected != ports_[i]->connected()) {
@@ -213,15 +232,21 @@ int Switch::run() {
         uint64_t x;
         if (read(timer_.get(), &x, sizeof x) > 0) on_tick();
       } else if (key == kKeySignal) {
-        signalfd_siginfo si;
-        if (read(signal_.get(), &si, sizeof si) > 0) {
+        signalfd_siginfo si{};
+        if (read(signal_.get(), &si, sizeof si) <= 0) {
+        } else if (si.ssi_signo == SIGHUP) {
+          control::Json r;
+          std::string why;
+          if (reload(&r, &why)) spdlog::info("SIGHUP: configuration read again: {}", r.dump());
+          else spdlog::error("SIGHUP: {}", why);
+        } else {
           spdlog::info("signal {}: shutting down", si.ssi_signo);
           stop_.store(true);
         }
       } else if (key == kKeyControl) {
         ctl_.on_ready();
         ctl_turn = true;
-      } else if (key < ports_.size()) {
+      } else if (key < ports_.size() && ports_[key]) {  // (a port deleted in this turn: none)
         const uint32_t i = static_cast<uint32_t>(key);
         const bool was = ports_[i]->connected();
         ports_[i]->on_event();
@@ -271,7 +296,7 @@ uint32_t Switch::send_rarp(uint32_t from, const uint8_t mac[6], uint16_t vlan) {
   uint32_t sent = 0;
   for (uint32_t i = 0; i < ports_.size(); ++i) {
     auto* u = dynamic_cast<port::UplinkPort*>(ports_[i].get());
-    if (i == from || !u || !u->connected() || !u->wire() || ((tables_.underlays >> i) & 1)) continue;
+    if (i == from || !u || !u->connected() || !u->wire() || ((tables_.underlays.load() >> i) & 1)) continue;
     const dp::PortVlan& pv = tables_.vlan[i];
     if (tables_.vlans && !pv.carries(vlan)) continue;
     uint8_t f[wire::kArpFrameLen + 4];
@@ -284,7 +309,8 @@ uint32_t Switch::send_rarp(uint32_t from, const uint8_t mac[6], uint16_t vlan) {
 void Switch::teardown() {
   links_.shutdown();  // peers unmap; the rings return to the switch before it stops
   if (pmds_) pmds_->stop();  // no PMD thread runs from here on
-  for (auto& p : ports_) p->stop();  // rings stopped, memory unmapped, socket files removed
+  for (auto& p : ports_)
+    if (p) p->stop();  // rings stopped, memory unmapped, socket files removed
   ctl_.close();
 }
 
@@ -303,7 +329,16 @@ control::Json Switch::stats() const {
   return j;
 }
 
-void Switch::set_flush(uint32_t port, dp::FlushPolicy p) { tables_.set_flush(port, p); }
+void Switch::set_flush(uint32_t port, dp::FlushPolicy p) {
+  tables_.set_flush(port, p);
+  if (port >= port::kMaxPorts) {
+    flush_all_ = dp::flush_policy_name(p);
+    for (auto& st : settings_) std::erase_if(st, [](const std::string& s) { return s.rfind("flush=", 0) == 0; });
+  } else {
+    put_setting(&settings_[port], "flush", dp::flush_policy_name(p));
+  }
+  save_state();
+}
 
 control::Json Switch::ports_info() const { return ports_json(view()); }
 
@@ -313,7 +348,7 @@ std::unique_ptr<control::ReplyStream> Switch::fdb(uint32_t port, size_t limit) c
 
 std::optional<uint32_t> Switch::port_index(const std::string& name) const {
   for (uint32_t i = 0; i < ports_.size(); ++i)
-    if (ports_[i]->name() == name) return i;
+    if (ports_[i] && ports_[i]->name() == name) return i;
   return std::nullopt;
 }
 

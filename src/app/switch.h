@@ -3,6 +3,8 @@
 // control thread's event loop (vhost-user messages, reconnects, MAC aging, ctl requests,
 // SIGINT/SIGTERM).
 #include <atomic>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -10,12 +12,14 @@
 
 #include "app/announce_limiter.h"
 #include "app/config.h"
+#include "app/counter_base.h"
 #include "app/links.h"
 #include "control/control_server.h"
 #include "dp/fdb.h"
 #include "dp/forwarder.h"
 #include "dp/pmd.h"
 #include "port/uplink_port.h"
+#include "port/vacant_port.h"
 #include "port/vhost_port.h"
 #include "util/fd.h"
 #include "vhost/memory_budget.h"
@@ -54,15 +58,79 @@ class Switch {
   /// The flush policy of `port` (port::kMaxPorts: every port); PMD threads pick it up at
   /// their next burst or check.
   void set_flush(uint32_t port, dp::FlushPolicy p);
+  /// After a change the state file keeps (a link made or revoked): writes it.
+  void state_changed() { save_state(); }
   /// The index of the port named `name`.
   std::optional<uint32_t> port_index(const std::string& name) const;
   LinkManager& links() { return links_; }
+
+  // Ports at run time (app/switch_ports.cpp; docs/architecture.md "Ports at run time").
+  // Each returns false with `*err` and changes nothing when the request cannot be done;
+  // `*usage` is set when that is the request's fault (a usage error: exit status 2).
+  /// `ctl add-port NAME TYPE ARG [KEY=VALUE ...]`: a new port in the lowest vacant slot,
+  /// started at once. `settings`: set_port_setting's keys, flush=POLICY and
+  /// external-id:KEY=VALUE. With `may_exist`, a port of that name, type and target is left
+  /// as it is (success).
+  bool add_port(const std::string& name, const std::string& type, const std::string& arg,
+                const std::vector<std::string>& settings, bool may_exist, control::Json* out,
+                std::string* err, bool* usage);
+  /// `ctl del-port`: stops the port (its front-end sees the connection closed, its memory is
+  /// unmapped, its socket file removed) and frees its slot. With `if_exists`, no such port
+  /// is a success.
+  bool del_port(const std::string& name, bool if_exists, control::Json* out, std::string* err,
+                bool* usage);
+  /// `ctl set-port NAME key=value ...` (set_port_setting's keys, flush, external-id:K=V).
+  bool set_port(const std::string& name, const std::vector<std::string>& kv, control::Json* out,
+                std::string* err, bool* usage);
+  /// `ctl stats-clear`: the counters `ctl stats` shows start again from 0 (app/counter_base.h).
+  void clear_stats();
+  /// How reload() gets the start's configuration again (the command line and its --config
+  /// file, read anew): cli/cmd_switch.cpp.
+  using Reloader = std::function<bool(SwitchConfig* cfg, std::string* err)>;
+  void set_reloader(Reloader r) { reloader_ = std::move(r); }
+  /// SIGHUP: reads the --config file again and applies what changed (ports added, removed,
+  /// re-set; the flush policy, MAC aging); reports what needs a restart. False with `*err`
+  /// when the file is refused (nothing changes).
+  bool reload(control::Json* out, std::string* err);
 
  private:
   /// Set-up, in its order: ports and tables, flush policies, the control thread's fds, the
   /// control socket and its commands, then the ports' sockets, the PMD threads and links.
   bool setup(std::string* err);
   void add_ports();
+  /// A port object for `pc` in slot `i`, not started.
+  std::unique_ptr<port::Port> make_port(uint32_t i, const port::PortConfig& pc);
+  /// The live configuration: the start's settings with today's ports (in slot order) and
+  /// links, for validation and the state file.
+  SwitchConfig live_config() const;
+  /// Slot `i`'s port leaves the datapath and is destroyed; the slot is vacant after.
+  void remove_port(uint32_t i);
+  /// Writes the state file (--db), if there is one; logs a failure.
+  void save_state();
+  /// A port's settings as add-port/set-port give them, sorted out: its configuration,
+  /// flush policy and external ids. False with `*err` for a bad one.
+  struct PortEdit {
+    port::PortConfig cfg;
+    std::optional<std::string> flush;  ///< flush=POLICY ("default": the switch's)
+    std::map<std::string, std::string> set_ids;  ///< external-id:KEY=VALUE (VALUE "": removed)
+    std::vector<std::string> keys;  ///< the keys of PortConfig given (restart ones among them)
+  };
+  bool parse_edit(const std::vector<std::string>& settings, PortEdit* e, std::string* err) const;
+  /// Creates and starts the port of `pc` in vacant slot `i`. False with `*err` (slot left
+  /// vacant).
+  bool open_port(uint32_t i, const port::PortConfig& pc, std::string* err);
+  /// Loads --db and merges it into cfg_ before the ports exist (the rule of README "Ports
+  /// at run time"). False with `*err` when the file is refused.
+  bool restore_state(std::string* err);
+  /// What restore_state kept for each port by name, given to its slot once it exists.
+  struct Restored {
+    bool runtime = false;
+    std::vector<std::string> settings;
+    std::map<std::string, std::string> external_ids;
+  };
+  std::map<std::string, Restored> restored_;
+  /// SIGHUP's work on the ports: those the new configuration `nc` adds, removes or changes.
+  void reload_ports(const SwitchConfig& nc, control::Json* out);
   void set_flush_policies();
   /// epoll, the 1 s timer and the signalfd (SIGINT, SIGTERM; SIGPIPE is blocked).
   void open_event_fds();
@@ -85,7 +153,19 @@ class Switch {
   /// their shares).
   vhost::MemoryBudget mem_budget_;
   std::unique_ptr<dp::PmdSet> pmds_;
+  /// By slot (port id); null in a vacant slot (tables_.ports points at vacant_ there).
   std::vector<std::unique_ptr<port::Port>> ports_;
+  port::VacantPort vacant_;
+  CounterBase base_;
+  std::map<std::string, std::string> external_ids_[port::kMaxPorts];
+  // The state file's records (app/state_db.h): per slot, whether the port was added at
+  // run time and its settings as given (add-port's and set-port's KEY=VALUE); the config's
+  // ports deleted at run time; a set-flush of every port.
+  bool runtime_[port::kMaxPorts] = {};
+  std::vector<std::string> settings_[port::kMaxPorts];
+  std::vector<std::string> deleted_;
+  std::string flush_all_;
+  Reloader reloader_;
   LinkManager links_{&ports_};
   std::vector<int> watched_fd_;
   control::ControlServer ctl_;

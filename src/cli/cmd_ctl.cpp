@@ -16,6 +16,8 @@ void add_ctl_command(CLI::App& app, CtlArgs& a) {
   CLI::App* c = app.add_subcommand("ctl", "Query or control a running switch");
   c->add_option("--control", a.control, "control socket (default /run/virtlink/virtlink.ctl)");
   c->add_flag("--json", a.json, "print the reply as JSON");
+  c->add_flag("--may-exist", a.may_exist, "add-port: a port of that name, type and target is a success");
+  c->add_flag("--if-exists", a.if_exists, "del-port: no such port is a success");
   c->add_option("command", a.command, control::command_synopsis())->required();
   c->add_option("args", a.args, "command arguments");
   c->footer("Commands:\n" + control::command_help());
@@ -198,7 +200,11 @@ int run_ctl(const CtlArgs& a) {
     return 2;
   }
   Json args = Json::object();
-  if (!a.args.empty()) args["argv"] = a.args;
+  std::vector<std::string> argv = a.args;
+  // The flags travel as the switch reads them: words of argv (app/ctl_commands.cpp).
+  if (a.if_exists) argv.insert(argv.begin(), "--if-exists");
+  if (a.may_exist) argv.insert(argv.begin(), "--may-exist");
+  if (!argv.empty()) args["argv"] = argv;
   Json result, reply;
   std::string err;
   if (!control::request(path, a.command, args, &result, &err, &reply)) {
@@ -229,6 +235,17 @@ int run_ctl(const CtlArgs& a) {
     fmt::print("flush policy of {}: {}\n", result["port"].get<std::string>(),
                result["flush"].get<std::string>());
   else if (a.command == "version") fmt::print("virtlink {}\n", result["version"].get<std::string>());
+  else if (a.command == "add-port")
+    fmt::print("port {}: {} (slot {}, {})\n", result["port"].get<std::string>(),
+               result["created"].get<bool>() ? "added" : "exists", result["id"].get<int>(),
+               result["state"].get<std::string>());
+  else if (a.command == "del-port")
+    fmt::print("port {}: {}\n", result["port"].get<std::string>(),
+               result["deleted"].get<bool>() ? "deleted" : "no such port");
+  else if (a.command == "set-port")
+    fmt::print("port {}: set{} ({})\n", result["port"].get<std::string>(),
+               result["restarted"].get<bool>() ? ", reopened" : "", result["state"].get<std::string>());
+  else if (a.command == "stats-clear") fmt::print("counters cleared\n");
   else if (a.command == "links") {
     if (result.empty()) fmt::print("no links\n");
     for (const auto& l : result) print_link(l);

@@ -22,6 +22,10 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
                 "NAME=dpdk:DEVARGS (a DPDK ethdev: PCI address or vdev), or a tunnel: "
                 "NAME=vxlan:uplink=PORT,local=IP,vni=N,remote=IP[+IP...] (optional "
                 "dst_port=N, gateway_mac=MAC, mac=MAC); repeat for more ports");
+  s->add_option("--db", a.db,
+                "state file: ports, settings, external ids and links changed at run time are "
+                "written to FILE (atomically) and restored at the next start (README \"Ports "
+                "at run time\"); default: none");
   s->add_option("--port-set", a.port_sets,
                 "NAME:KEY=VALUE, one of a port's settings (repeat): vlan=N (an access port of "
                 "VLAN N, untagged), trunks=LIST (a trunk of the VLANs in LIST, e.g. 10,20-30, "
@@ -218,26 +222,42 @@ bool apply_socket_options(const SwitchArgs& a, app::SwitchConfig* cfg) {
   return true;
 }
 
-}  // namespace
-
-int run_switch(const SwitchArgs& a) {
+/// The configuration the command line and its --config file give (each error logged).
+bool build_config(const SwitchArgs& a, app::SwitchConfig* out) {
   app::SwitchConfig cfg;
-  if (!load_config_and_ports(a, &cfg)) return 2;
+  if (!load_config_and_ports(a, &cfg)) return false;
   apply_port_options(a, &cfg);
   if (!apply_pmd_options(a, &cfg) || !apply_switch_options(a, &cfg) ||
       !apply_socket_options(a, &cfg))
-    return 2;
+    return false;
   app::apply_port_defaults(&cfg);
   if (cfg.burst > dp::kMaxBurst) {
     spdlog::error("--burst {} is above {}", cfg.burst, dp::kMaxBurst);
-    return 2;
+    return false;
   }
   std::string err;
   if (!app::validate(cfg, &err)) {
     spdlog::error("{}", err);
-    return 2;
+    return false;
   }
+  cfg.db_path = a.db;
+  cfg.config_file = a.config;
+  *out = std::move(cfg);
+  return true;
+}
+
+}  // namespace
+
+int run_switch(const SwitchArgs& a) {
+  app::SwitchConfig cfg;
+  if (!build_config(a, &cfg)) return 2;
   app::Switch sw(std::move(cfg));
+  // SIGHUP reads the same command line and --config file again (app/switch.h reload).
+  sw.set_reloader([a](app::SwitchConfig* c, std::string* err) {
+    if (build_config(a, c)) return true;
+    *err = "the configuration was refused (the switch's log says why); nothing changed";
+    return false;
+  });
   return sw.run();
 }
 

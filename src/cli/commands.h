@@ -10,6 +10,7 @@ namespace vl::cli {
 struct SwitchArgs {
   std::string offloads;  ///< "on" / "off" for every port; empty: per port (default on)
   std::string config;
+  std::string db;  ///< --db FILE: the state file of run-time changes
   std::vector<std::string> ports;
   std::vector<std::string> port_sets;  ///< --port-set NAME:KEY=VALUE
   std::string dpdk_extra;  ///< --dpdk-extra ARGS (EAL arguments, space separated)
@@ -43,6 +44,8 @@ struct CtlArgs {
   std::string command;
   std::vector<std::string> args;
   bool json = false;
+  bool may_exist = false;  ///< add-port --may-exist
+  bool if_exists = false;  ///< del-port --if-exists
 };
 void add_ctl_command(CLI::App& app, CtlArgs& a);
 int run_ctl(const CtlArgs& a);

@@ -28,6 +28,16 @@ constexpr CommandSpec kCommands[] = {
      "direct link: the front-end of B serves A's rings (docs/direct-link.md)"},
     {"unlink", "A B", 2, 2, "usage: unlink A B (two port names: A's rings return to the switch)",
      "revoke the direct link: A's rings return to the switch"},
+    {"add-port", "[--may-exist] NAME TYPE ARG [KEY=VALUE ...]", 3, 72,
+     "usage: add-port [--may-exist] NAME TYPE ARG [KEY=VALUE ...] (TYPE: vhost-user, "
+     "vhost-user-client, tap, af-packet, af-xdp, dpdk, vxlan)",
+     "add a port at run time (KEY=VALUE: its settings, flush=POLICY, external-id:KEY=VALUE)"},
+    {"del-port", "[--if-exists] NAME", 1, 2, "usage: del-port [--if-exists] NAME",
+     "delete a port: its front-end's connection closes, its socket file goes"},
+    {"set-port", "NAME KEY=VALUE ...", 2, 72, "usage: set-port NAME KEY=VALUE ...",
+     "change a port's settings (some reopen the port: README \"Ports at run time\")"},
+    {"stats-clear", "", 0, 0, "", "the counters of ctl stats start again from 0"},
+    {"reload", "", 0, 0, "", "read the configuration file again, as SIGHUP does"},
     {"version", "", 0, 0, "", "the switch's version"},
 };
 static_assert(kFdbShown == 1000, "the help line of fdb gives the number");

@@ -20,6 +20,7 @@ Fdb::Fdb(uint32_t buckets, uint32_t max_per_port, uint64_t key) : max_per_port_(
   key_ = k[0];
   mul_ = k[1] | 1;  // odd: a bijection on 64 bits
   counts_ = std::make_unique<std::atomic<uint32_t>[]>(kMaxPortIds);  // zeroed (C++20 atomic())
+  for (auto& l : limits_) l.store(max_per_port_, std::memory_order_relaxed);
   const uint32_t n = std::bit_ceil(buckets < 1 ? 1u : buckets);
   mask_ = n - 1;
   buckets_ = std::make_unique<Bucket[]>(n);
@@ -47,7 +48,7 @@ bool Fdb::learn(Mac key, uint32_t port, uint32_t now_s) {
     words[i] = w;
     if (holds(h, i, w, key)) {
       if (w != want) {  // moved port
-        if (port_entries(port) >= max_per_port_) {  // the limit holds for moves too
+        if (port_entries(port) >= port_limit(port)) {  // the limit holds for moves too
           declined_.fetch_add(1, std::memory_order_relaxed);
           return false;
         }
@@ -64,7 +65,7 @@ bool Fdb::learn(Mac key, uint32_t port, uint32_t now_s) {
     if (!w && empty < 0) empty = static_cast<int>(i);
   }
   // A new MAC: the slow path (once per MAC, not per frame).
-  const bool at_limit = port_entries(port) >= max_per_port_;
+  const bool at_limit = port_entries(port) >= port_limit(port);
   if (empty >= 0 && !at_limit) {
     // (False: another thread took the slot this instant; learned on a later frame.)
     return replace(h, static_cast<uint32_t>(empty), 0, want, vlan, now_s);

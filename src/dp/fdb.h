@@ -102,6 +102,17 @@ class Fdb {
   uint32_t age(uint32_t now_s, uint32_t max_age_s);
   /// Removes every entry of `port` (it went down).
   void flush_port(uint32_t port);
+  /// Sets the most entries `port` may hold (0: the table's max_per_port again). Any thread;
+  /// learning reads it when a port learns a new MAC or moves one.
+  void set_port_limit(uint32_t port, uint32_t limit) {
+    if (port < kMaxLimitPorts)
+      limits_[port].store(limit ? limit : max_per_port_, std::memory_order_relaxed);
+  }
+  uint32_t port_limit(uint32_t port) const {
+    return port < kMaxLimitPorts ? limits_[port].load(std::memory_order_relaxed) : max_per_port_;
+  }
+  /// Ports with a limit of their own (the switch's port ids).
+  static constexpr uint32_t kMaxLimitPorts = 64;
 
   struct Entry {
     Mac mac;  ///< its key: VLAN << 48 | MAC
@@ -153,6 +164,7 @@ class Fdb {
   uint64_t mul_ = 0;
   bool vlans_ = true;  // (tests and a table used without the switch: always checked)
   uint32_t max_per_port_;
+  std::atomic<uint32_t> limits_[kMaxLimitPorts];
   std::unique_ptr<std::atomic<uint32_t>[]> counts_;
   std::atomic<uint64_t> declined_{0};
   std::unique_ptr<Bucket[]> buckets_;

@@ -115,8 +115,10 @@ void Forwarder::enqueue_run(uint32_t out, const uint16_t* s, uint32_t n) {
 void Forwarder::flood(uint32_t in, uint16_t s) {
   bool any = false;
   const bool vlans = tables_->vlans;
-  for (uint32_t o = 0; o < tables_->nports; ++o) {
-    if (o == in || !tables_->ports[o]->active() || ((tables_->underlays >> o) & 1)) continue;
+  const uint32_t nports = tables_->nports.load(std::memory_order_relaxed);
+  const uint64_t underlays = tables_->underlays.load(std::memory_order_relaxed);
+  for (uint32_t o = 0; o < nports; ++o) {
+    if (o == in || !tables_->port(o)->active() || ((underlays >> o) & 1)) continue;
     if (vlans && !tables_->vlan[o].carries(pool_[s].vlan)) continue;
     enqueue(o, s);
     any = true;
@@ -125,7 +127,7 @@ void Forwarder::flood(uint32_t in, uint16_t s) {
 }
 
 uint32_t Forwarder::poll(uint32_t in, uint32_t qi) {
-  port::Port* p = tables_->ports[in];
+  port::Port* p = tables_->port(in);
   if (!p->active()) return 0;
   const port::PortDp& d = p->dp();
   const port::QueuePairDp& qp = d.qp[qi];
@@ -151,7 +153,7 @@ void Forwarder::report_broken(uint32_t in) {
   VL_LOG_RL(spdlog::level::err,
             "port {}: transmit queue broken (avail index more than a queue ahead, or a chain "
             "over the whole ring); stopped",
-            tables_->ports[in]->name());
+            tables_->port(in)->name());
 }
 
 // The steps of a busy poll. Their costs, in instructions per 64 B frame (xconnect, split
@@ -175,7 +177,7 @@ template <class Q>
 template <class Q>
 [[gnu::noinline]] uint32_t Forwarder::take_burst(uint32_t in, uint32_t qi, Q* q,
                                                  port::QueueShared* shared) {
-  const port::PortDp& d = tables_->ports[in]->dp();
+  const port::PortDp& d = tables_->port(in)->dp();
   // (locals: the pops' barriers reload members)
   BurstTake bt{in, qi, clock_(), d.caps.hdr_len, d.caps.features, counters_[in]};
   arena_.clear();
@@ -379,7 +381,7 @@ void Forwarder::classify_as(uint32_t in) {
       }
       // (With VLANs, an entry another thread is replacing at this instant may name a port
       // outside the frame's VLAN, fdb.h: the frame is then flooded in its VLAN.)
-      if (last_o != Fdb::kNoPort && last_o < tables_->nports && last_o != in &&
+      if (last_o != Fdb::kNoPort && last_o < tables_->nports.load(std::memory_order_relaxed) && last_o != in &&
           (!kVlans || tables_->vlan[last_o].carries(sl.vlan))) [[likely]] {
         if (last_o != run_o) {
           end_run(i);
@@ -511,7 +513,7 @@ const Forwarder::Slot& Forwarder::vlan_view(const Slot& sl, uint32_t o, uint32_t
   kept_ = false;
   if (lean_) [[likely]] {
     // Every queue this burst filled was delivered above: its chains go back in order.
-    const port::QueuePairDp& qp = tables_->ports[lean_in_]->dp().qp[lean_qi_];
+    const port::QueuePairDp& qp = tables_->port(lean_in_)->dp().qp[lean_qi_];
     if (qp.txq) [[likely]] {
       qp.txq.visit([&](auto& q) {
         for (uint32_t i = 0; i < lean_n_; ++i) {
@@ -574,7 +576,7 @@ uint64_t Forwarder::flush_before_sleep() {
   uint64_t left = UINT64_MAX;
   for (uint64_t m = held_; m; m &= m - 1) {
     const uint32_t o = static_cast<uint32_t>(std::countr_zero(m));
-    const uint64_t until = outq_[o].oldest_ns + tables_->ports[o]->dp().tx_retry_ns;
+    const uint64_t until = outq_[o].oldest_ns + tables_->port(o)->dp().tx_retry_ns;
     left = std::min(left, until > now ? until - now : 1);
   }
   return left;
@@ -582,13 +584,13 @@ uint64_t Forwarder::flush_before_sleep() {
 
 void Forwarder::release_paused() {
   for (uint64_t m = held_ | live_src_ | calls_due_; m; m &= m - 1) {
-    if (!tables_->ports[std::countr_zero(m)]->active()) {
+    if (!tables_->port(std::countr_zero(m))->active()) {
       flush_all();
       // Calls noted for a paused port (flush_all may have noted some) go out now, before
       // the control thread changes its rings: a note must not outlive the pause.
       for (uint64_t c = calls_due_; c; c &= c - 1) {
         const uint32_t p = static_cast<uint32_t>(std::countr_zero(c));
-        if (!tables_->ports[p]->active()) send_calls(p);
+        if (!tables_->port(p)->active()) send_calls(p);
       }
       return;
     }
@@ -610,7 +612,7 @@ void Forwarder::complete(uint16_t s) {
 
 void Forwarder::retire(uint32_t src) {
   // The sender's queue is unchanged while we hold its chains (pmd.h).
-  const port::PortDp& d = tables_->ports[src]->dp();
+  const port::PortDp& d = tables_->port(src)->dp();
   uint16_t s = src_old_[src];
   uint32_t qs = 0;
   uint32_t n = 0;
@@ -647,7 +649,7 @@ void Forwarder::publish_senders() {
     retire(static_cast<uint32_t>(std::countr_zero(retire_due_)));
   for (; senders_dirty_; senders_dirty_ &= senders_dirty_ - 1) {
     const uint32_t p = static_cast<uint32_t>(std::countr_zero(senders_dirty_));
-    const port::PortDp& d = tables_->ports[p]->dp();
+    const port::PortDp& d = tables_->port(p)->dp();
     const bool coalesce = d.completion_coalesce_ns != 0;
     uint32_t asked = 0;  // queue pairs whose driver asked for a call
     for (uint32_t m = dirty_q_[p]; m; m &= m - 1) {
@@ -681,7 +683,7 @@ void Forwarder::note_calls(uint32_t p, const port::PortDp& d, uint32_t asked) {
 void Forwarder::send_calls(uint32_t p) {
   // Active, or paused and seen so right after a quiescent point (release_paused): its view
   // is still whole until the next one.
-  const port::PortDp& d = tables_->ports[p]->dp();
+  const port::PortDp& d = tables_->port(p)->dp();
   for (uint32_t m = call_q_[p]; m; m &= m - 1) d.qp[std::countr_zero(m)].txq.flush_call();
   call_q_[p] = 0;
   calls_due_ &= ~bit(p);
@@ -695,7 +697,7 @@ void Forwarder::send_due_calls() {
   for (uint64_t m = calls_due_; m; m &= m - 1) {
     const uint32_t p = static_cast<uint32_t>(std::countr_zero(m));
     // A paused port's notes wait for the next quiescent point (release_paused sends them).
-    if (call_at_[p] <= now && tables_->ports[p]->active()) send_calls(p);
+    if (call_at_[p] <= now && tables_->port(p)->active()) send_calls(p);
     else next = std::min(next, call_at_[p]);
   }
   next_call_ns_ = next;
@@ -766,7 +768,7 @@ void Forwarder::note_kept(uint32_t o) {
 
 uint32_t Forwarder::send_slots(uint32_t o, const uint16_t* slots, uint32_t cnt,
                                uint64_t prev_check_ns, bool may_keep) {
-  port::Port* op = tables_->ports[o];
+  port::Port* op = tables_->port(o);
   const port::PortDp& out_dp = op->dp();
   const port::PortDp::RxTargets& targets = out_dp.rx_for[thread_];
   PortCounters::add(routed_[o], cnt);
@@ -811,7 +813,7 @@ uint32_t Forwarder::send_slots(uint32_t o, const uint16_t* slots, uint32_t cnt,
 template <class Get>
 uint32_t Forwarder::deliver_to(uint32_t o, uint32_t qi, Get&& frame, uint32_t n, uint64_t now,
                                uint64_t keep_ns, bool as_is) {
-  const port::QueuePairDp& qp = tables_->ports[o]->dp().qp[qi];
+  const port::QueuePairDp& qp = tables_->port(o)->dp().qp[qi];
   port::QueueShared* shared = qp.rx_shared;
   uint32_t done = n;
   shared->enter(thread_);  // self-check: this thread is the queue's only writer (port.h)
@@ -841,7 +843,7 @@ void Forwarder::hand_off(uint32_t o, uint32_t via, uint32_t qi, uint32_t gen,
   // (offload/deliver.cpp): drop it here rather than copy up to half the ring for nothing,
   // which let a front-end sending oversized frames starve every other port's handoffs on
   // this pair of threads (hostile Handoff.test_07).
-  const uint32_t max_frame = tables_->ports[o]->dp().caps.max_frame;
+  const uint32_t max_frame = tables_->port(o)->dp().caps.max_frame;
   uint32_t sent = 0;
   for (uint32_t j = 0; j < n; ++j) {
     // The frame as it leaves o (its tag added or removed), copied so into the ring.
@@ -904,7 +906,7 @@ uint32_t Forwarder::drain_handoffs() {
 void Forwarder::deliver_handed(const Handed* h, uint32_t n) {
   const uint32_t o = h[0].port;
   const uint32_t qi = h[0].queue;
-  port::Port* op = o < tables_->nports ? tables_->ports[o] : nullptr;
+  port::Port* op = o < tables_->nports.load(std::memory_order_relaxed) ? tables_->port(o) : nullptr;
   const bool ok = op && op->active() && op->dp().gen == h[0].gen && qi < port::kMaxQueuePairs;
   if (!ok) [[unlikely]] {  // the port paused or changed its queues since: its writers may differ
     for (uint32_t j = 0; j < n; ++j) counters_[h[j].slot.src].drop(Drop::kNoDestination);
@@ -917,7 +919,7 @@ void Forwarder::deliver_handed(const Handed* h, uint32_t n) {
 template <class Q, class Get>
 uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, uint32_t cnt,
                                   uint64_t now, uint64_t keep_ns) {
-  const port::PortDp& out_dp = tables_->ports[o]->dp();
+  const port::PortDp& out_dp = tables_->port(o)->dp();
   QueueAgeStats& age = age_[o];
   uint64_t sent = 0, bytes = 0, nobuf = 0;
   // The receiver's settings as locals (the pops' barriers would reload them every frame).
@@ -1061,7 +1063,7 @@ template <class Q, class Get>
                   "port {}: receive buffer shorter than the virtio-net header or than any "
                   "frame (against virtio 1.2 §5.1.6.3.1); returned unused, the frame dropped "
                   "(short_rx_buffer; logged once per PMD thread)",
-                  tables_->ports[o]->name());
+                  tables_->port(o)->name());
       counters_[o].drop(Drop::kShortRxBuffer);
       return true;
     case offload::Outcome::kBadRing:
@@ -1076,7 +1078,7 @@ template <class Q, class Get>
   VL_LOG_RL(spdlog::level::err,
             "port {}: malformed receive chain or avail index; receive queue {} stopped "
             "(pmd {}: {})",
-            tables_->ports[o]->name(), qi, thread_, state);
+            tables_->port(o)->name(), qi, thread_, state);
 }
 
 [[gnu::always_inline]] inline void Forwarder::end_delivery(uint32_t o, uint32_t qi, uint64_t sent,

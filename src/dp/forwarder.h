@@ -58,8 +58,13 @@ inline constexpr uint32_t kMaxBurst = 64;
 /// State shared by every PMD thread; set up before the threads start.
 struct SwitchTables {
   ForwardMode mode = ForwardMode::kBridge;
-  port::Port* ports[port::kMaxPorts] = {};
-  uint32_t nports = 0;
+  /// Every slot below nports points at a port: a vacant slot (a port deleted at run time,
+  /// port/vacant_port.h) at one that is never active. The control thread changes a slot
+  /// only while its port is out of the datapath, then waits for quiescence before the old
+  /// port object goes (app/switch_ports.cpp).
+  std::atomic<port::Port*> ports[port::kMaxPorts] = {};
+  /// Slots in use (grows when a port is added at run time; never shrinks).
+  std::atomic<uint32_t> nports{0};
   uint32_t xc_peer[port::kMaxPorts];  ///< cross-connect partner, or kNoPeer
   Fdb* fdb = nullptr;
   std::atomic<uint32_t> now_s{0};  ///< coarse clock for MAC learning (seconds)
@@ -80,13 +85,15 @@ struct SwitchTables {
   HandoffRing* handoff[port::kMaxPmdThreads][port::kMaxPmdThreads] = {};
   /// Ports that are tunnels' underlays (bit per port, port/uplink_port.h): never flooded to
   /// (their frames never enter the switch, so no MAC is learned on them). Set before the
-  /// threads start.
-  uint64_t underlays = 0;
+  /// threads start, and by the control thread when a tunnel is added or deleted at run time.
+  std::atomic<uint64_t> underlays{0};
   static constexpr uint32_t kNoPeer = 0xffffffff;
 
   SwitchTables() {
     for (auto& f : flush) f.store(FlushPolicy{}.encode(), std::memory_order_relaxed);
   }
+  /// The port in slot `i` (< nports): acquire, so its fields are those it was published with.
+  port::Port* port(uint32_t i) const { return ports[i].load(std::memory_order_acquire); }
   /// Sets the flush policy of `port` (or of every port when port >= kMaxPorts).
   void set_flush(uint32_t port, FlushPolicy p) {
     for (uint32_t i = 0; i < port::kMaxPorts; ++i)
@@ -156,6 +163,10 @@ class Forwarder {
   }
   /// Queue ages of output `port` as seen by this thread.
   const QueueAgeStats& queue_age(uint32_t port) const { return age_[port]; }
+  /// Starts output `port`'s longest queue age afresh (`ctl stats-clear`, a port added into
+  /// a vacant slot). Control thread; a frame the thread records at that instant may be
+  /// lost to the maximum (the histogram is cleared by a baseline, app/counter_base.h).
+  void clear_queue_age_max(uint32_t port) { age_[port].max_ns.store(0, std::memory_order_relaxed); }
   /// Longest time (ns) between a deadline check and the delivery, at the next check, of a
   /// queue that was due: the "one poll loop" by which interval=US may exceed US.
   uint64_t check_gap_max_ns() const { return gap_max_ns_.load(std::memory_order_relaxed); }

@@ -123,7 +123,7 @@ void PmdThread::apply_rxqs() {
 
 void PmdThread::send_noted_calls() {
   for (uint32_t i = 0; i < nrxqs_; ++i) {
-    port::Port* vp = tables_->ports[rxqs_[i].port];
+    port::Port* vp = tables_->port(rxqs_[i].port);
     if (vp->active()) vp->dp().qp[rxqs_[i].queue].txq.flush_call();
   }
 }
@@ -183,7 +183,7 @@ bool PmdThread::try_sleep() {
   bool pending = false;
   if (posted_gen_.load(std::memory_order_acquire) != seen_gen_) return false;  // new rxqs
   for (uint32_t i = 0; i < nrxqs_; ++i) {
-    port::Port* vp = tables_->ports[rxqs_[i].port];
+    port::Port* vp = tables_->port(rxqs_[i].port);
     if (!vp->active()) continue;
     const port::QueuePairDp& d = vp->dp().qp[rxqs_[i].queue];
     if (!d.has_txq() || d.txq.broken()) continue;
@@ -311,7 +311,7 @@ void PmdThread::run() {
       if (opts_.mode == PmdMode::kAdaptive) idle_.busy(pass_ns);
       if (kicks_on) {  // while polling, the driver need not kick (saves it a syscall a burst)
         for (uint32_t i = 0; i < nrxqs_; ++i) {
-          port::Port* vp = tables_->ports[rxqs_[i].port];
+          port::Port* vp = tables_->port(rxqs_[i].port);
           const port::QueuePairDp& d = vp->dp().qp[rxqs_[i].queue];
           if (vp->active() && d.has_txq() && !d.txq.broken()) d.txq.set_kicks(false);
         }
@@ -358,6 +358,14 @@ PmdSet::PmdSet(SwitchTables* t, const std::vector<int>& cpus, PmdOptions opts)
   }
 }
 
+void PmdSet::clear_load(uint32_t port) {
+  for (RxqLoad& l : load_[port]) {
+    l.cycles.store(0, std::memory_order_relaxed);
+    l.packets.store(0, std::memory_order_relaxed);
+    l.cycles_mark = 0;
+  }
+}
+
 PmdThread* PmdSet::owner_of(uint32_t port, uint32_t queue) const {
   if (port >= port::kMaxPorts || queue >= port::kMaxQueuePairs) return nullptr;
   const int o = owner_[port][queue];
@@ -366,8 +374,8 @@ PmdThread* PmdSet::owner_of(uint32_t port, uint32_t queue) const {
 
 std::vector<RxqId> PmdSet::current_rxqs() const {
   std::vector<RxqId> out;
-  for (uint32_t p = 0; p < tables_->nports; ++p) {
-    const port::PortDp& d = tables_->ports[p]->dp();
+  for (uint32_t p = 0; p < tables_->nports.load(std::memory_order_relaxed); ++p) {
+    const port::PortDp& d = tables_->port(p)->dp();
     for (uint32_t q = 0; q < d.nqp; ++q)
       if (d.qp[q].has_txq()) out.push_back({static_cast<uint8_t>(p), static_cast<uint8_t>(q)});
   }
@@ -480,7 +488,7 @@ void PmdSet::reassign(bool force) {
     std::string desc;
     for (size_t i = 0; i < n; ++i) {
       desc += fmt::format("{}pmd {}:", i ? "; " : "", i);
-      for (const RxqId& q : target[i]) desc += fmt::format(" {}/{}", tables_->ports[q.port]->name(), q.queue);
+      for (const RxqId& q : target[i]) desc += fmt::format(" {}/{}", tables_->port(q.port)->name(), q.queue);
     }
     VL_LOG_RL(spdlog::level::info, "rxq assignment ({}): {}", rxq_assign_name(opts_.rxq_assign), desc);
   }
@@ -552,7 +560,7 @@ uint32_t PmdSet::place_rx_writers() {
   if (n < 2 || !running_) return 0;
   constexpr uint64_t kMinFramesToMove = 1000;  // in one tick: below that a handoff costs little
   uint32_t moved = 0;
-  for (uint32_t p = 0; p < tables_->nports; ++p) {
+  for (uint32_t p = 0; p < tables_->nports.load(std::memory_order_relaxed); ++p) {
     uint64_t delta[kMaxPmdThreads];
     uint32_t best = 0;
     for (uint32_t t = 0; t < n; ++t) {
@@ -561,7 +569,7 @@ uint32_t PmdSet::place_rx_writers() {
       routed_seen_[t][p] = r;
       if (delta[t] > delta[best]) best = t;
     }
-    port::Port* vp = tables_->ports[p];
+    port::Port* vp = tables_->port(p);
     if (!opts_.follow_writers || !vp->active() || vp->linked_away()) continue;
     const port::PortDp& d = vp->dp();
     if (!d.rx_ready || d.rx_ready >= n) continue;  // every thread writes its own queues

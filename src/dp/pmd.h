@@ -92,6 +92,8 @@ class PmdThread {
   uint32_t index() const { return index_; }
   int cpu() const { return cpu_; }
   const Forwarder& forwarder() const { return *fw_; }
+  /// Forwarder::clear_queue_age_max of this thread's forwarder (control thread).
+  void clear_queue_age_max(uint32_t port) { fw_->clear_queue_age_max(port); }
 
   /// Quiescence and wake-up, for the control thread.
   uint64_t passes() const { return passes_.load(std::memory_order_seq_cst); }
@@ -183,6 +185,9 @@ class PmdSet final : public port::Quiescer {
   /// The thread serving rxq (port, queue), or null.
   PmdThread* owner_of(uint32_t port, uint32_t queue = 0) const;
   const RxqLoad& load(uint32_t port, uint32_t queue) const { return load_[port][queue]; }
+  /// Zeroes the loads of `port`'s rxqs, which no thread serves (a slot a port is added
+  /// into at run time: its loads start afresh). Control thread.
+  void clear_load(uint32_t port);
   RxqAssign assign_mode() const { return opts_.rxq_assign; }
   /// Recomputes the assignment (roundrobin or cycles) over the rxqs that exist now and
   /// moves rxqs between threads safely (see the top of this file). `force`: even if the

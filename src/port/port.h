@@ -8,6 +8,7 @@
 #include <string>
 
 #include "port/counters.h"
+#include "port/port_config.h"
 #include "port/port_dp.h"
 
 namespace vl::port {
@@ -36,6 +37,8 @@ class Port {
   virtual const std::string& target() const = 0;
   /// Its peer is there: a front-end connected, a device open.
   virtual bool connected() const = 0;
+  /// The settings it was made with.
+  virtual const PortConfig& config() const = 0;
 
   // ---- The control thread's loop (app/switch.h) ----
   /// Opens what the port needs (a socket, a device). False with `*err` on a fatal error.

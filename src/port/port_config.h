@@ -95,6 +95,8 @@ struct PortConfig {
   uint32_t queues = 1;
   /// vxlan: its settings (`path` keeps the argument as given).
   VxlanSettings vxlan;
+  /// MAC table entries this port may hold (0: the switch's --mac-limit).
+  uint32_t mac_limit = 0;
   /// Which of the keys above the port's own [[port]] table set (switch-wide settings fill
   /// in the others): bits of PortKey.
   uint32_t explicit_keys = 0;

@@ -56,6 +56,31 @@ void UplinkPort::attach_tunnel(UplinkPort* t) {
   t->rx_rotation_ = rx_rotation_;
 }
 
+void UplinkPort::attach_tunnel_live(UplinkPort* t) {
+  const bool live = active_.load();
+  if (live) leave_dp();  // no PMD thread in pull(), which reads the tunnel list
+  attach_tunnel(t);
+  if (live) publish_dp();
+}
+
+void UplinkPort::detach_tunnel(UplinkPort* t) {
+  const bool live = active_.load();
+  if (live) leave_dp();
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < ntunnels_; ++i) {
+    if (tunnel_ports_[i] == t) continue;
+    tunnels_[n] = tunnels_[i];
+    tunnel_ports_[n++] = tunnel_ports_[i];
+  }
+  for (uint32_t i = n; i < ntunnels_; ++i) {
+    tunnels_[i] = nullptr;
+    tunnel_ports_[i] = nullptr;
+  }
+  ntunnels_ = n;
+  t->underlay_ = nullptr;
+  if (live) publish_dp();
+}
+
 UplinkPort::~UplinkPort() { stop(); }
 
 const char* UplinkPort::type_name() const {

@@ -49,7 +49,7 @@ class UplinkPort final : public Port {
   UplinkPort(uint32_t id, PortConfig cfg, std::unique_ptr<wire::Wire> w, Quiescer* q);
   ~UplinkPort() override;
 
-  const PortConfig& config() const { return cfg_; }
+  const PortConfig& config() const override { return cfg_; }
   /// Opens the wire (af-xdp falls back to af-packet, saying so), lays out the rings and
   /// buffers, and joins the datapath. False with `*err`.
   bool start(std::string* err) override;
@@ -87,6 +87,12 @@ class UplinkPort final : public Port {
   /// and it switches nothing else), the tunnel sends on this port's queues from the same
   /// writer threads (its rotation follows this port's).
   void attach_tunnel(UplinkPort* tunnel);
+  /// attach_tunnel on a running underlay (a tunnel added at run time, before it starts):
+  /// this port leaves the datapath for the change. Control thread.
+  void attach_tunnel_live(UplinkPort* tunnel);
+  /// Takes `tunnel` off this underlay, before the tunnel stops (once this returns no PMD
+  /// thread decapsulates into it). Control thread.
+  void detach_tunnel(UplinkPort* tunnel);
   /// The tunnel's VXLAN endpoint (null for other ports).
   const VxlanWire* vxlan() const { return vx_; }
   /// The port this tunnel is encapsulated on (null for other ports).

@@ -32,7 +32,7 @@ class VhostPort final : public Port, public vhost::DeviceHost {
   VhostPort(uint32_t id, PortConfig cfg, Quiescer* q, vhost::MemoryBudget* budget = nullptr);
   ~VhostPort() override;
 
-  const PortConfig& config() const { return cfg_; }
+  const PortConfig& config() const override { return cfg_; }
 
   /// Server mode: creates the listening socket (replacing a stale socket file).
   /// Client mode: tries to connect once. Returns false with `*err` on a fatal error.

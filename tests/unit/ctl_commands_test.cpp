@@ -30,7 +30,9 @@ using namespace std::chrono_literals;
 TEST(CtlCommandTable, SynopsisIsTheHelpOfCtl) {
   EXPECT_EQ(control::command_synopsis(),
             "stats | ports | fdb [PORT] [all] | pmd-stats | pmd-rxq-show | pmd-rebalance | "
-            "set-flush PORT|all POLICY | links | link A B | unlink A B | version");
+            "set-flush PORT|all POLICY | links | link A B | unlink A B | "
+            "add-port [--may-exist] NAME TYPE ARG [KEY=VALUE ...] | del-port [--if-exists] NAME | "
+            "set-port NAME KEY=VALUE ... | stats-clear | reload | version");
 }
 
 TEST(CtlCommandTable, HelpListsEveryCommandWithItsHelp) {
@@ -187,8 +189,9 @@ TEST_F(RunningSwitch, UnknownCommandListsTheTable) {
   Json r;
   std::string err;
   EXPECT_FALSE(ctl("stat", {}, &r, &err));
-  EXPECT_EQ(err, "unknown command 'stat' (commands: fdb, link, links, pmd-rebalance, "
-                 "pmd-rxq-show, pmd-stats, ports, set-flush, stats, unlink, version)");
+  EXPECT_EQ(err, "unknown command 'stat' (commands: add-port, del-port, fdb, link, links, "
+                 "pmd-rebalance, pmd-rxq-show, pmd-stats, ports, reload, set-flush, set-port, "
+                 "stats, stats-clear, unlink, version)");
 }
 
 TEST_F(RunningSwitch, WrongArgumentCountIsAUsageError) {

@@ -543,7 +543,7 @@ TEST_F(TakeBurstAttack, PackedRandomMixes) {
 // A 10-byte header (no VERSION_1, no MRG_RXBUF): every one-buffer chain takes the arena path.
 TEST_F(TakeBurstAttack, SplitRandomMixesLegacyHeader) {
   start(false, bit(virtio::kFVersion1) | bit(virtio::kNetFMrgRxbuf));
-  ASSERT_EQ(tables.ports[0]->dp().caps.hdr_len, 10u);
+  ASSERT_EQ(tables.port(0)->dp().caps.hdr_len, 10u);
   for (uint32_t burst : {1u, 32u, 64u}) {
     random_rounds(burst, 100, 300 + burst);
     if (HasFailure()) return;
