@@ -22,6 +22,9 @@ PKGS=(
   ethtool
   # guest image: the uncompressed vmlinux for the faster PVH boot (build-guest.sh)
   xz-utils
+  # libvirt domains on virtlink ports (tests/interop/test_libvirt.py runs its own private
+  # session daemon; docs/libvirt.md)
+  libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients
   # benchmark anchor: OVS-DPDK (bench/topologies.py runs its own private instance)
   openvswitch-switch-dpdk
   # reports; instructions per frame (bench/instructions.py: this VM has no hardware counters)

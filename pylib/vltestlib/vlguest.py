@@ -189,6 +189,24 @@ class Guest:
         self.t_ready = None    # host time VL-READY arrived
         self._n = 0
 
+    @classmethod
+    def attach(cls, tb, name, proc, console_path, serial_log, ip, mac=None):
+        """A guest whose QEMU was started by someone else (libvirt, a README command line)
+        from this image with `vl.keep=1`, its serial console on a unix socket QEMU listens on
+        (`server=on,wait=off`) at `console_path`, a copy of the console in `serial_log`.
+        `proc` is its vltest.Proc, or an object with the same pid, alive(), output() and
+        p.returncode. Appended to tb.guests (consoles dumped on failure, closed at the end)."""
+        g = cls.__new__(cls)
+        g.tb, g.name, g.sock, g.ip, g.mac = tb, name, None, ip, mac
+        g.addr = ip.split("/")[0] if ip else None
+        g.console_path, g.serial_log = console_path, serial_log
+        g.t_start = time.monotonic()
+        g.proc = proc
+        g.console = Console(console_path, name, alive=proc.alive)
+        g.ready, g.t_ready, g._n = None, None, 0
+        tb.guests.append(g)
+        return g
+
     @property
     def pid(self):
         return self.proc.pid

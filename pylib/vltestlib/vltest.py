@@ -30,12 +30,15 @@ Environment: VLTEST_KEEP=1 keeps the temporary directory (logs) for inspection.
 """
 
 import argparse
+import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -82,6 +85,76 @@ def readme_command(start):
                 cmd = cmd[:-1] + " " + lines[i].strip()
             return cmd
     raise AssertionError("README.md has no command starting with %r" % start)
+
+
+def readme_commands(heading):
+    """Every command README.md prints in its section `heading` (the heading line, e.g.
+    "### Peers", up to the next heading of the same or a higher level): the lines of its
+    indented blocks, continuation lines joined, in order. A recipe test can then assert
+    that it ran each of them."""
+    with open(os.path.join(REPO, "README.md")) as f:
+        lines = f.read().split("\n")
+    level = len(heading) - len(heading.lstrip("#"))
+    try:
+        i = lines.index(heading) + 1
+    except ValueError:
+        raise AssertionError("README.md has no heading %r" % heading)
+    cmds, fenced, prev_blank, in_block = [], False, True, False
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,%d} " % level, line):
+            break
+        # an indented block starts after a blank line and goes on while lines are indented
+        in_block = (not fenced and line.startswith("    ") and bool(line.strip()) and
+                    (prev_blank or in_block))
+        if in_block:
+            cmd = line.strip()
+            while cmd.endswith("\\"):
+                i += 1
+                cmd = cmd[:-1] + " " + lines[i].strip()
+            cmds.append(cmd)
+        prev_blank = not line.strip()
+        i += 1
+    return cmds
+
+README_LOCK = "/tmp/virtlink-readme-recipes.lock"
+
+
+@contextlib.contextmanager
+def readme_paths(paths=(), timeout=600):
+    """Held by a test while it runs README commands, whose fixed paths (/tmp/vm1.sock,
+    /tmp/virtlink.ctl, the DPDK prefixes vm1 and vm2, ...) every README recipe shares.
+    ctest runs these tests one at a time (RUN_SERIAL); this lock (flock on README_LOCK)
+    keeps them apart across runs too (two build trees, a run by hand next to ctest). Then
+    fails if one of `paths` is a socket someone still listens on (a switch of your own):
+    the recipes would take it over."""
+    fd = os.open(README_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TestTimeout("%s still held after %d s" % (README_LOCK, timeout))
+                time.sleep(0.5)
+        for p in paths:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(p)
+                raise AssertionError("%s is in use (something listens on it): the README's "
+                                     "commands would take it over" % p)
+            except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
+                pass
+            finally:
+                s.close()
+        yield
+    finally:
+        os.close(fd)
+
 
 def log(msg):
     sys.stderr.write("[vltest %s] %s\n" % (time.strftime("%H:%M:%S"), msg))

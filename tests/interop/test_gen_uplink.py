@@ -227,7 +227,9 @@ class GenUplink(unittest.TestCase):
                 subprocess.run(["ip", "netns", "exec", n, "sysctl", "-qw",
                                 "net.ipv6.conf.%s.disable_ipv6=1" % dev], check=True)
                 subprocess.run(["ip", "-n", n, "link", "set", dev, "up"], check=True)
-            with vltest.Testbed(self) as tb:
+            # The recipe's fixed paths are shared with the other README recipes.
+            with vltest.readme_paths(("/tmp/vm1.sock", "/tmp/virtlink.ctl")), \
+                    vltest.Testbed(self) as tb:
                 tmp = tb.dir
                 sw = subprocess.Popen(["ip", "netns", "exec", ns_sw, "sh", "-c", "exec " + sw_cmd],
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -24,7 +24,12 @@ class ReadmeUplinks(unittest.TestCase):
     def run_recipe(self, start, ifaces, ctl, checks):
         """Runs README command `start` in a namespace with veth pairs IFACE<->pK (the peer
         ends in a second namespace, p0 with 10.77.0.2/24; vltestlib.netns), then
-        `checks(ctl_json, peer_ns, switch_ns, ctl)`."""
+        `checks(ctl_json, peer_ns, switch_ns, ctl)`. Its fixed paths (the control socket,
+        /tmp/vm1.sock) are shared with the other README recipes: vltest.readme_paths()."""
+        with vltest.readme_paths((ctl, "/tmp/vm1.sock")):
+            self._run_recipe(start, ifaces, ctl, checks)
+
+    def _run_recipe(self, start, ifaces, ctl, checks):
         cmd = vltest.readme_command(start)
         vltest.log(f"README command: {cmd}")
         env = dict(os.environ, PATH=os.path.dirname(os.path.abspath(vltest.VIRTLINK)) + ":" +
