@@ -538,7 +538,7 @@ class Testbed:
     def start_testpmd(self, name, vdevs, fwd, args=(), mem_mb=1024, nb_mbufs=16384,
                       lcores="0,1", main_lcore=1, tx_first=False, interactive=True,
                       stats_period=None, eal_args=(),
-                      plugins=("librte_net_virtio.so", "librte_mempool_ring.so")):
+                      plugins=("librte_net_virtio.so", "librte_mempool_ring.so"), start=True):
         """Starts testpmd with the given virtio-user vdevs; forwarding starts at once.
 
         Forwarding runs on the lcore that is not the main lcore (CPU 0 by default).
@@ -568,7 +568,7 @@ class Testbed:
                  "--forward-mode=%s" % fwd]
         if interactive:
             argv.append("-i")
-            if not tx_first:
+            if not tx_first and start:  # start=False: ports set up, no lcore polling
                 argv.append("-a")
         else:
             argv.append("-a")

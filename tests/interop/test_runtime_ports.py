@@ -31,6 +31,12 @@ def rss_kib(pid):
     return 0
 
 
+def guest_maps(pid):
+    """The switch's mappings of front-end memory (memfds, shared files), sorted: the
+    allocator's own anonymous mappings come and go (an ASan build's more so)."""
+    return sorted(m for m in vlguest.proc_maps(pid) if m[1] and not m[1].startswith("["))
+
+
 def raw_ctl(path, cmd, argv):
     """One control request over the socket (no process per request: the 200-cycle loop)."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -57,7 +63,7 @@ class RuntimePorts(unittest.TestCase):
 
     @vltest.ctest("interop_runtime_ports_under_traffic", timeout=150, asan=True)
     def test_add_delete_under_traffic(self):
-        """xconnect a<->b carries the generator's paced stream (50 kpps, both ways counted
+        """xconnect a<->b carries the generator's paced stream (10 kpps, a rate an ASan build keeps up with; both ways counted
         by sequence) while a port comes and goes in another slot three times, each time
         with a DPDK testpmd front-end: every frame of the untouched ports is delivered (the
         generator counts no loss, the switch no drop of any reason), retries with
@@ -73,7 +79,7 @@ class RuntimePorts(unittest.TestCase):
                     res["doc"] = vltest.run_gen(
                         tb, [("g0", "vhost-user-client:" + tb.sock("a")),
                              ("g1", "vhost-user-client:" + tb.sock("b"))],
-                        ["--rate", "50000", "--duration", "14", "--unidirectional", "--size", "64"],
+                        ["--rate", "10000", "--duration", "14", "--unidirectional", "--size", "64"],
                         timeout=60)
                 except Exception as e:  # reported by the main thread
                     res["error"] = e
@@ -81,7 +87,7 @@ class RuntimePorts(unittest.TestCase):
             t.start()
             tb.wait_counter("b", "tx_packets", 1000, timeout=30)
             fds0 = vlguest.proc_fds(pid)
-            maps0 = vlguest.proc_maps(pid)
+            maps0 = guest_maps(pid)
             for cycle in range(3):
                 c = tb.sock("c")
                 out = tb.ctl("add-port", "c", "vhost-user", c, "external-id:iface-id=pod%d" % cycle,
@@ -99,9 +105,10 @@ class RuntimePorts(unittest.TestCase):
                 self.assertEqual(info["c"]["external_ids"], {"iface-id": "pod%d" % cycle})
                 self.assertNotIn("d", info)
                 # A front-end on c: its memory is mapped, then unmapped by the delete.
-                fe = tb.start_testpmd("c%d" % cycle, [tb.virtio_user("c")], "rxonly")
+                # (Not forwarding: its lcore would busy-poll the generator's CPU.)
+                fe = tb.start_testpmd("c%d" % cycle, [tb.virtio_user("c")], "rxonly", start=False)
                 tb.wait_connected(["c"])
-                self.assertGreater(len(vlguest.proc_maps(pid)), len(maps0))
+                self.assertGreater(len(guest_maps(pid)), len(maps0))
                 tb.ctl("set-port", "c", "external-id:owner=test")
                 self.assertEqual(tb.ports_info()["c"]["external_ids"]["owner"], "test")
                 self.assertTrue(tb.ctl("del-port", "c")["deleted"])
@@ -109,10 +116,10 @@ class RuntimePorts(unittest.TestCase):
                 self.assertFalse(tb.ctl("del-port", "--if-exists", "c")["deleted"])
                 rc, _, _ = ctl_rc(tb, "del-port", "c")
                 self.assertEqual(rc, 2)
-                tb.stop_testpmd(fe)
+                fe.stop(signal.SIGINT, timeout=10)
 
                 def back():
-                    return (sorted(vlguest.proc_maps(pid)) == sorted(maps0) and
+                    return (guest_maps(pid) == maps0 and
                             len(vlguest.proc_fds(pid)) == len(fds0))
                 vltest._wait(back, 10, "fds and mappings back to their baseline", 0.1)
             t.join(70)
@@ -121,7 +128,7 @@ class RuntimePorts(unittest.TestCase):
             st = tb.wait_quiet()
             log("stream %s; a rx %d, b tx %d, drops %s" % ({k: s[k] for k in ("tx", "rx")},
                 st["a"]["rx_packets"], st["b"]["tx_packets"], vltest.drops_by_reason(st)))
-            self.assertGreater(s["tx"], 100000)
+            self.assertGreater(s["tx"], 20000)
             self.assertEqual(s["rx"], s["tx"], s)
             self.assertEqual(vltest.drops_total(st), 0, vltest.drops_by_reason(st))
             self.assertEqual(st["a"]["rx_packets"], st["b"]["tx_packets"])
