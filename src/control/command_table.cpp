@@ -29,6 +29,10 @@ constexpr CommandSpec kCommands[] = {
     {"unlink", "A B", 2, 2, "usage: unlink A B (two port names: A's rings return to the switch)",
      "revoke the direct link: A's rings return to the switch"},
     {"version", "", 0, 0, "", "the switch's version"},
+    {"show", "", 0, 0, "",
+     "one screen: the switch (version, pid, control, forward, PMD threads), ports, links"},
+    {"log-level", "[LEVEL]", 0, 1, "usage: log-level [LEVEL] (trace, debug, info, warn, error, off)",
+     "set the switch's log level at run time (trace ... off); without LEVEL, show it"},
 };
 static_assert(kFdbShown == 1000, "the help line of fdb gives the number");
 
