@@ -14,6 +14,7 @@
 #include <toml++/toml.h>
 
 #include "util/cpuset.h"
+#include "util/unix_socket.h"
 
 namespace vl::app {
 
@@ -239,9 +240,13 @@ bool get_str(const toml::node& n, const char* key, std::string* out, std::string
   return true;
 }
 
-bool load_port(const toml::table& t, port::PortConfig* c, std::string* flush, std::string* err) {
+/// One [[port]] table. On an error `*where` is the node it is about: the key's value, or
+/// the table (a missing or bad name, path or type).
+bool load_port(const toml::table& t, port::PortConfig* c, std::string* flush, std::string* err,
+               const toml::node** where) {
   std::string type = "vhost-user";
   for (auto&& [k, v] : t) {
+    *where = &v;
     const std::string key(k.str());
     if (key == "name") { if (!get_str(v, "name", &c->name, err)) return false; }
     else if (key == "type") { if (!get_str(v, "type", &type, err)) return false; }
@@ -309,6 +314,7 @@ bool load_port(const toml::table& t, port::PortConfig* c, std::string* flush, st
       return false;
     }
   }
+  *where = &t;
   if (!set_port_type(type, c)) {
     *err = fmt::format("unknown port type '{}' ({})", type, kTypeList);
     return false;
@@ -325,7 +331,13 @@ using RootLoader = bool (*)(const toml::node& v, SwitchConfig* cfg, std::string*
 struct RootKey {
   std::string_view name;
   RootLoader load;
+  /// The loader's errors begin with "LINE: " (an array of tables: the line of the key or
+  /// table at fault); else load_toml gives the key's line.
+  bool positioned = false;
 };
+
+/// The line a TOML node starts on (1-based, toml++ source positions).
+uint32_t line_of(const toml::node& n) { return static_cast<uint32_t>(n.source().begin.line); }
 
 bool load_forward(const toml::node& v, SwitchConfig* cfg, std::string* err) {
   std::string s;
@@ -341,6 +353,10 @@ bool load_pmd_cores(const toml::node& v, SwitchConfig* cfg, std::string* err) {
   if (!get_str(v, "pmd_cores", &s, err)) return false;
   auto c = parse_cpu_list(s);
   if (!c) { *err = fmt::format("pmd_cores '{}' is not a CPU list", s); return false; }
+  if (const auto twice = repeated_cpu(s)) {
+    *err = fmt::format("pmd_cores '{}': CPU {} is given twice (one PMD thread per CPU)", s, *twice);
+    return false;
+  }
   cfg->pmd_cores = *c;
   return true;
 }
@@ -421,37 +437,66 @@ bool load_completion_coalesce(const toml::node& v, SwitchConfig* cfg, std::strin
   return true;
 }
 
-/// [[port]] tables.
+/// [[port]] tables. An error says "LINE: port NAME: ..." (NAME "#N", the N-th table, when
+/// it has no name yet).
 bool load_ports(const toml::node& v, SwitchConfig* cfg, std::string* err) {
   const toml::array* arr = v.as_array();
-  if (!arr) { *err = "'port' must be an array of tables ([[port]])"; return false; }
+  if (!arr) {
+    *err = fmt::format("{}: 'port' must be an array of tables ([[port]])", line_of(v));
+    return false;
+  }
+  size_t n = 0;
   for (auto&& e : *arr) {
+    ++n;
     const toml::table* t = e.as_table();
-    if (!t) { *err = "'port' entries must be tables"; return false; }
+    if (!t) {
+      *err = fmt::format("{}: 'port' entries must be tables", line_of(e));
+      return false;
+    }
     port::PortConfig pc;
     std::string flush;
-    if (!load_port(*t, &pc, &flush, err)) return false;
+    const toml::node* where = t;
+    if (!load_port(*t, &pc, &flush, err, &where)) {
+      const auto name = (*t)["name"].value<std::string>();
+      const std::string who = fmt::format("port {}: ", name ? *name : fmt::format("#{}", n));
+      if (err->rfind(who, 0) == 0) err->erase(0, who.size());  // (a vxlan argument's says so)
+      *err = fmt::format("{}: {}{}", line_of(*where), who, *err);
+      return false;
+    }
     if (!flush.empty()) cfg->port_flush[pc.name] = flush;
     cfg->ports.push_back(pc);
   }
   return true;
 }
 
-/// [[link]] tables with keys a and b.
+/// [[link]] tables with keys a and b. An error says "LINE: link: ...".
 bool load_links(const toml::node& v, SwitchConfig* cfg, std::string* err) {
   const toml::array* arr = v.as_array();
-  if (!arr) { *err = "'link' must be an array of tables ([[link]])"; return false; }
+  if (!arr) {
+    *err = fmt::format("{}: 'link' must be an array of tables ([[link]])", line_of(v));
+    return false;
+  }
   for (auto&& e : *arr) {
     const toml::table* t = e.as_table();
-    if (!t) { *err = "'link' entries must be tables"; return false; }
+    if (!t) {
+      *err = fmt::format("{}: 'link' entries must be tables", line_of(e));
+      return false;
+    }
     std::string a, b;
     for (auto&& [lk, lv] : *t) {
       const std::string k2(lk.str());
-      if (k2 == "a") { if (!get_str(lv, "a", &a, err)) return false; }
-      else if (k2 == "b") { if (!get_str(lv, "b", &b, err)) return false; }
-      else { *err = fmt::format("unknown link key '{}' (a, b)", k2); return false; }
+      const bool ok = k2 == "a"   ? get_str(lv, "a", &a, err)
+                      : k2 == "b" ? get_str(lv, "b", &b, err)
+                                  : (*err = fmt::format("unknown link key '{}' (a, b)", k2), false);
+      if (!ok) {
+        *err = fmt::format("{}: link: {}", line_of(lv), *err);
+        return false;
+      }
     }
-    if (a.empty() || b.empty()) { *err = "every [[link]] needs a and b (port names)"; return false; }
+    if (a.empty() || b.empty()) {
+      *err = fmt::format("{}: link: every [[link]] needs a and b (port names)", line_of(*t));
+      return false;
+    }
     cfg->links.emplace_back(a, b);
   }
   return true;
@@ -476,6 +521,18 @@ constexpr RootKey kRootKeys[] = {
      [](const toml::node& v, SwitchConfig* c, std::string* e) {
        return get_str(v, "control", &c->control_path, e);
      }},
+    {"control_mode",
+     [](const toml::node& v, SwitchConfig* c, std::string* e) {
+       return get_int<uint32_t>(v, "control_mode", 0, 0777, &c->control_mode, e);
+     }},
+    {"control_owner",
+     [](const toml::node& v, SwitchConfig* c, std::string* e) {
+       return get_str(v, "control_owner", &c->control_owner, e);
+     }},
+    {"control_group",
+     [](const toml::node& v, SwitchConfig* c, std::string* e) {
+       return get_str(v, "control_group", &c->control_group, e);
+     }},
     {"mac_aging_s",
      [](const toml::node& v, SwitchConfig* c, std::string* e) {
        return get_int<uint32_t>(v, "mac_aging_s", 1, 1000000, &c->mac_aging_s, e);
@@ -499,13 +556,13 @@ constexpr RootKey kRootKeys[] = {
      [](const toml::node& v, SwitchConfig* c, std::string* e) {
        return get_int<uint32_t>(v, "burst", 1, dp::kMaxBurst, &c->burst, e);
      }},
-    {"port", load_ports},
-    {"link", load_links},
+    {"port", load_ports, true},
+    {"link", load_links, true},
 };
 
-RootLoader find_root_key(std::string_view key) {
+const RootKey* find_root_key(std::string_view key) {
   for (const RootKey& k : kRootKeys)
-    if (k.name == key) return k.load;
+    if (k.name == key) return &k;
   return nullptr;
 }
 
@@ -516,17 +573,22 @@ bool load_toml(const std::string& file, SwitchConfig* out, std::string* err) {
   try {
     root = toml::parse_file(file);
   } catch (const toml::parse_error& e) {
-    *err = fmt::format("{}: {}", file, e.description());
+    *err = fmt::format("{}:{}: {}", file, e.source().begin.line, e.description());
     return false;
   }
   SwitchConfig cfg = *out;
+  // Errors say FILE:LINE: (the line of the key, or of the [[port]] key or table at fault).
   for (auto&& [k, v] : root) {
-    const RootLoader load = find_root_key(k.str());
-    if (!load) {
-      *err = fmt::format("{}: unknown key '{}'", file, k.str());
+    const RootKey* key = find_root_key(k.str());
+    if (!key) {
+      *err = fmt::format("{}:{}: unknown key '{}'", file, line_of(v), k.str());
       return false;
     }
-    if (!load(v, &cfg, err)) return false;
+    if (!key->load(v, &cfg, err)) {
+      *err = key->positioned ? fmt::format("{}:{}", file, *err)
+                             : fmt::format("{}:{}: {}", file, line_of(v), *err);
+      return false;
+    }
   }
   *out = std::move(cfg);
   return true;
@@ -594,6 +656,38 @@ bool validate_tunnels(const SwitchConfig& cfg, const std::set<std::string>& link
   }
   return true;
 }
+
+/// What the sockets name on this host: owners and groups that exist, and directories that
+/// exist for the sockets the switch creates (a vhost-user server port's; the control
+/// socket's when given: the default one's directory is made).
+bool validate_sockets(const SwitchConfig& cfg, std::string* err) {
+  uint32_t id;
+  const auto known = [&](const std::string& who, bool group, const std::string& what) {
+    if (who.empty() || resolve_id(who, group, &id)) return true;
+    *err = fmt::format("{}: unknown socket {} '{}'", what, group ? "group" : "owner", who);
+    return false;
+  };
+  for (const auto& p : cfg.ports) {
+    if (p.type != port::PortType::kVhostUser) continue;
+    const std::string what = "port " + p.name;
+    if (!known(p.socket_owner, false, what) || !known(p.socket_group, true, what)) return false;
+    if (p.mode != port::SocketMode::kServer) continue;
+    if (std::string e = missing_socket_dir(p.path, "vhost-user socket"); !e.empty()) {
+      *err = fmt::format("port {}: {}", p.name, e);
+      return false;
+    }
+  }
+  if (!known(cfg.control_owner, false, "control socket") ||
+      !known(cfg.control_group, true, "control socket"))
+    return false;
+  if (!cfg.control_path.empty()) {
+    if (std::string e = missing_socket_dir(cfg.control_path, "control socket"); !e.empty()) {
+      *err = e;
+      return false;
+    }
+  }
+  return true;
+}
 }  // namespace
 
 bool validate(const SwitchConfig& cfg, std::string* err, bool at_start) {
@@ -655,6 +749,7 @@ bool validate(const SwitchConfig& cfg, std::string* err, bool at_start) {
     }
   }
   if (!validate_tunnels(cfg, linked, err)) return false;
+  if (!validate_sockets(cfg, err)) return false;
   if (!dp::parse_flush_policy(cfg.flush, err)) return false;
   for (const auto& [name, policy] : cfg.port_flush) {
     if (!names.count(name)) {

@@ -27,6 +27,12 @@ struct SwitchConfig {
   std::string db_path;
   /// --config: the TOML file a SIGHUP reads again; empty: none.
   std::string config_file;
+  /// The control socket file's permission bits, owner and group (names or ids; empty:
+  /// the switch's). --control-mode/--control-owner/--control-group; TOML control_mode,
+  /// control_owner, control_group.
+  uint32_t control_mode = 0600;
+  std::string control_owner;
+  std::string control_group;
   uint32_t mac_aging_s = 300;
   uint32_t burst = 32;
   uint32_t fdb_buckets = 1u << 16;
@@ -77,7 +83,7 @@ std::optional<dp::ForwardMode> parse_forward(const std::string& s);
 std::optional<dp::PmdMode> parse_pmd_mode(const std::string& s);
 
 /// Reads a TOML file into `cfg` (keys: forward, pmd_cores, pmd_mode, pmd_idle_us, pmd_rxq_assign,
-/// pmd_rx_writers, flush, control, mac_aging_s, mac_table_buckets, mac_limit, burst, socket_mode, socket_owner,
+/// pmd_rx_writers, flush, control, control_mode, control_owner, control_group, mac_aging_s, mac_table_buckets, mac_limit, burst, socket_mode, socket_owner,
 /// socket_group, max_guest_memory_gib, max_total_guest_memory_gib, tx_retry_us, completion_coalesce_us, [[port]] tables with name, type, path,
 /// mtu, socket_mode, socket_owner, socket_group, max_guest_memory_gib, mrg_rxbuf, flush,
 /// max_queues, offloads, tx_retry_us, completion_coalesce_us, and [[link]] tables with a, b). Returns false with `*err` on any unknown or
@@ -85,9 +91,11 @@ std::optional<dp::PmdMode> parse_pmd_mode(const std::string& s);
 bool load_toml(const std::string& file, SwitchConfig* cfg, std::string* err);
 
 /// Cross-checks a complete configuration (unique names and paths, port count, an even port
-/// count for xconnect, links, PMD cores, flush). A switch may start without ports (they
-/// come with `ctl add-port`). `at_start` false: the ports of a running switch, where
-/// xconnect pairs slots (2k, 2k+1) and a port may wait for its peer.
+/// count for xconnect, links, PMD cores, flush), and what it names on this host: socket
+/// owners and groups that exist, and the directories of the vhost-user server sockets and
+/// of an explicit control socket. A switch may start without ports (they come with
+/// `ctl add-port`). `at_start` false: the ports of a running switch, where xconnect pairs
+/// slots (2k, 2k+1) and a port may wait for its peer.
 bool validate(const SwitchConfig& cfg, std::string* err, bool at_start = true);
 
 }  // namespace vl::app

@@ -1,6 +1,8 @@
 #include "app/ctl_commands.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -8,6 +10,7 @@
 #include "app/switch.h"
 #include "control/command_table.h"
 #include "dp/flush.h"
+#include "util/log.h"
 #include "virtlink_version.h"
 
 namespace vl::app {
@@ -157,6 +160,39 @@ bool stats_clear(Switch& sw, const CtlArgv&, Json* out, std::string*) {
 }
 
 bool reload(Switch& sw, const CtlArgv&, Json* out, std::string* err) { return sw.reload(out, err); }
+bool show(Switch& sw, const CtlArgv&, Json* out, std::string*) {
+  *out = sw.show();
+  return true;
+}
+
+/// log-level [LEVEL]: sets the log level at run time (without LEVEL: shows it).
+bool log_level(Switch&, const CtlArgv& argv, Json* out, std::string* err) {
+  static constexpr const char* kNames[] = {"trace", "debug", "info", "warn", "error", "off"};
+  const auto name_of = [](spdlog::level::level_enum l) -> std::string {
+    switch (l) {
+      case spdlog::level::trace: return "trace";
+      case spdlog::level::debug: return "debug";
+      case spdlog::level::info: return "info";
+      case spdlog::level::warn: return "warn";
+      case spdlog::level::err: return "error";
+      case spdlog::level::critical: return "critical";
+      default: return "off";
+    }
+  };
+  const std::string before = name_of(spdlog::get_level());
+  if (argv.empty()) {
+    *out = {{"log_level", before}};
+    return true;
+  }
+  if (std::find(std::begin(kNames), std::end(kNames), argv[0]) == std::end(kNames)) {
+    *err = std::string(control::usage_error(*control::find_command("log-level")));
+    return false;
+  }
+  set_log_level(argv[0].c_str());
+  spdlog::info("log level set to {} (was {})", argv[0], before);  // (not shown above info)
+  *out = {{"log_level", argv[0]}, {"previous", before}};
+  return true;
+}
 
 bool version(Switch&, const CtlArgv&, Json* out, std::string*) {
   *out = {{"version", VIRTLINK_VERSION}};
@@ -180,6 +216,8 @@ constexpr CtlCommand kHandlers[] = {
     {"stats-clear", stats_clear},
     {"reload", reload},
     {"version", version},
+    {"show", show},
+    {"log-level", log_level},
 };
 
 const CtlCommand* find_handler(std::string_view name) {

@@ -1,7 +1,10 @@
 #include "app/json_views.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
+#include <ctime>
 #include <iterator>
 
 #include <fmt/format.h>
@@ -10,6 +13,7 @@
 #include "util/clock.h"
 #include "util/thread_sched.h"
 #include "virtio/virtio_defs.h"
+#include "virtlink_version.h"
 
 namespace vl::app {
 
@@ -58,12 +62,6 @@ control::Json feature_names(uint64_t f) {
     names.push_back(n ? std::string(n) : fmt::format("BIT_{}", b));
   }
   return names;
-}
-
-port::CounterSnapshot sum_counters(const SwitchView& sw, uint32_t p) {
-  port::CounterSnapshot s = raw_port_counters(sw, p);
-  subtract(s, sw.base.port[p]);
-  return s;
 }
 
 /// What the scheduler says of a PMD thread (util/thread_sched.h), null if unreadable.
@@ -266,14 +264,49 @@ void add_queue_age(const SwitchView& sw, uint32_t port, control::Json* out) {
   (*out)["queue_age_histogram"] = h;
 }
 
+/// Adds the port's rates over the tick's last sampling interval (app/port_rates.h).
+void add_rates(const SwitchView& sw, uint32_t port, control::Json* out) {
+  const PortRates::Rate r = sw.rates.rate(port);
+  const PortRates::Totals t = sw.rates.last(port);
+  (*out)["rx_pps"] = r.rx_pps;
+  (*out)["tx_pps"] = r.tx_pps;
+  (*out)["rx_bps"] = r.rx_bps;
+  (*out)["tx_bps"] = r.tx_bps;
+  (*out)["rate_counters"] = {{"rx_packets", t.rx_packets},
+                             {"rx_bytes", t.rx_bytes},
+                             {"tx_packets", t.tx_packets},
+                             {"tx_bytes", t.tx_bytes}};
+}
+
+/// A client port's last failed connect (VhostPort::ConnectError), null when none failed.
+control::Json connect_error_json(const port::VhostPort& p) {
+  const port::VhostPort::ConnectError& e = p.last_connect_error();
+  if (!e.err) return nullptr;
+  char when[32] = "";
+  const time_t t = static_cast<time_t>(e.at_unix_s);
+  tm utc;
+  if (gmtime_r(&t, &utc)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return {{"errno", e.err},
+          {"error", e.text},
+          {"at", when},
+          {"age_s", mono_s() - e.at_mono_s},
+          {"failures", e.failures}};
+}
+
 }  // namespace
+
+port::CounterSnapshot port_counters(const SwitchView& sw, uint32_t p) {
+  port::CounterSnapshot s = raw_port_counters(sw, p);
+  subtract(s, sw.base.port[p]);
+  return s;
+}
 
 control::Json stats_json(const SwitchView& sw) {
   control::Json ports = control::Json::array();
   for (uint32_t i = 0; i < sw.ports.size(); ++i) {
     if (!sw.ports[i]) continue;  // a vacant slot
     const port::Port& p = *sw.ports[i];
-    const port::CounterSnapshot c = sum_counters(sw, i);
+    const port::CounterSnapshot c = port_counters(sw, i);
     control::Json drops = control::Json::object();
     for (uint32_t d = 0; d < port::kNumDrops; ++d)
       drops[port::drop_name(static_cast<port::Drop>(d))] = c.drops[d];
@@ -312,10 +345,12 @@ control::Json stats_json(const SwitchView& sw) {
            v->backend().log_stats().out_of_range.load(std::memory_order_relaxed)}};
     }
     add_queue_age(sw, i, &o);
+    add_rates(sw, i, &o);
     if (v) add_queues(sw, i, *v, &o);
     if (u) add_uplink(sw, i, *u, &o);
   }
-  return {{"ports", ports}};
+  return {{"ports", ports},
+          {"rates", {{"interval_ns", sw.rates.interval_ns()}, {"sampled_ns", sw.rates.sampled_ns()}}}};
 }
 
 control::Json ports_json(const SwitchView& sw) {
@@ -385,6 +420,8 @@ control::Json ports_json(const SwitchView& sw) {
                    {"vrings", vrings}});
     out.back()["vlan"] = vlan_json(p.config());
     out.back()["external_ids"] = sw.external_ids[i];
+    if (p.config().mode == port::SocketMode::kClient)
+      out.back()["last_connect_error"] = connect_error_json(p);
   }
   return out;
 }
@@ -448,6 +485,47 @@ class FdbStream final : public control::ReplyStream {
 
 std::unique_ptr<control::ReplyStream> fdb_stream(const SwitchView& sw, uint32_t port, size_t limit) {
   return std::make_unique<FdbStream>(sw, port, limit);
+}
+
+control::Json show_json(const SwitchView& sw, const std::string& control) {
+  const control::Json pmds = pmd_rxq_json(sw);
+  const control::Json links = sw.links.info();
+  control::Json ports = control::Json::array();
+  uint32_t i = 0;
+  for (const control::Json& p : ports_json(sw)) {
+    control::Json o = {{"name", p["name"]},
+                       {"type", p["type"]},
+                       {"target", p["path"]},
+                       {"state", p["state"]},
+                       {"mtu", p["mtu"]},
+                       {"mtu_config", p["mtu_config"]},
+                       {"queues", p["queue_pairs"]},
+                       {"vlan", p["vlan"]},
+                       {"flush", dp::flush_policy_name(sw.tables.flush_policy(i++))},
+                       {"direct_link", p["direct_link"]},
+                       {"link", nullptr}};
+    const std::string name = p["name"];
+    for (const control::Json& l : links) {  // a direct link names its partner
+      if (l["a"] != name && l["b"] != name) continue;
+      o["link"] = {{"peer", l["a"] == name ? l["b"] : l["a"]},
+                   {"serves", l["b"] == name},  // B's front-end serves A's rings
+                   {"state", l["state"]}};
+    }
+    for (const char* k : {"tunnel", "underlay_of", "last_connect_error"})
+      if (p.contains(k)) o[k] = p[k];
+    if (p.contains("link")) o["uplink_link"] = p["link"];  // an uplink's carrier: up, down
+    ports.push_back(std::move(o));
+  }
+  return {{"switch",
+           {{"version", VIRTLINK_VERSION},
+            {"pid", static_cast<int64_t>(getpid())},
+            {"control", control},
+            {"forward", sw.cfg.forward == dp::ForwardMode::kBridge ? "bridge" : "xconnect"},
+            {"pmd_mode", dp::pmd_mode_name(sw.cfg.pmd.mode)},
+            {"rxq_assign", pmds["assign"]},
+            {"pmds", pmds["pmds"]}}},
+          {"ports", ports},
+          {"links", links}};
 }
 
 control::Json pmd_stats_json(const SwitchView& sw) {

@@ -12,6 +12,7 @@
 #include "app/config.h"
 #include "app/counter_base.h"
 #include "app/links.h"
+#include "app/port_rates.h"
 #include "control/control_server.h"
 #include "dp/fdb.h"
 #include "dp/forwarder.h"
@@ -34,6 +35,7 @@ struct SwitchView {
   const CounterBase& base;
   /// Per slot: the port's external-id:KEY=VALUE metadata (`ctl add-port`, `set-port`).
   const std::map<std::string, std::string>* external_ids;
+  const PortRates& rates;  ///< the tick's samples of every port's counters
 };
 
 /// The datapath's counters of port `p` (summed over PMD threads and direct-link peers) and
@@ -46,6 +48,14 @@ void take_counter_base(const SwitchView& sw, uint32_t p, CounterBase* base);
 
 /// `ctl stats`: {"ports": [...]}, per port its counters summed over the PMD threads and
 /// direct-link peers, drops by reason, flush policy, queue age and "queues".
+
+/// Port `p`'s counters as `ctl stats` reports them: raw_port_counters less its baseline.
+port::CounterSnapshot port_counters(const SwitchView& sw, uint32_t p);
+
+/// `ctl stats`: {"ports": [...], "rates": {interval_ns, sampled_ns}}, per port its counters
+/// summed over the PMD threads and direct-link peers, drops by reason, flush policy, queue
+/// age, "queues", and its rates over the tick's last interval (rx_pps, tx_pps, rx_bps,
+/// tx_bps; "rate_counters": the counters at the sample the interval ends with).
 control::Json stats_json(const SwitchView& sw);
 /// `ctl ports`: per port its connection, vhost-user state and vrings.
 control::Json ports_json(const SwitchView& sw);
@@ -57,6 +67,12 @@ control::Json ports_json(const SwitchView& sw);
 /// in "result", "truncated" is shown < total. The table changes while the walk goes on
 /// (PMD threads learn, the tick ages), as it did between two buckets of a walk in one go.
 std::unique_ptr<control::ReplyStream> fdb_stream(const SwitchView& sw, uint32_t port, size_t limit);
+/// `ctl show`: {"switch": {version, pid, control, forward, pmd_mode, rxq_assign,
+/// pmds: [{pmd, cpu, rxqs}]}, "ports": [{name, type, target, state, mtu, mtu_config,
+/// queues, vlan, flush, direct_link, link, tunnel, underlay_of, uplink_link}], "links":
+/// [...]}, made from the views of `ctl ports`, `pmd-rxq-show` and `links`. `control` is the
+/// control socket's path.
+control::Json show_json(const SwitchView& sw, const std::string& control);
 /// `ctl pmd-stats`: per PMD thread its passes, cycles, packets and rxq loads.
 control::Json pmd_stats_json(const SwitchView& sw);
 /// `ctl pmd-rxq-show` (and the reply of `ctl pmd-rebalance`): {assign, reassignments,

@@ -33,7 +33,7 @@ Switch::Switch(SwitchConfig cfg)
 Switch::~Switch() { teardown(); }
 
 SwitchView Switch::view() const {
-  return {cfg_, tables_, fdb_, *pmds_, ports_, links_, base_, external_ids_};
+  return {cfg_, tables_, fdb_, *pmds_, ports_, links_, base_, external_ids_, rates_};
 }
 
 void Switch::prepare() {
@@ -56,7 +56,9 @@ bool Switch::setup(std::string* err) {
   open_event_fds();
   const std::string ctl_path =
       cfg_.control_path.empty() ? control::default_control_path() : cfg_.control_path;
-  if (!ctl_.listen(ctl_path, err)) return false;
+  const control::ControlServer::ListenOptions ctl_opts{
+      cfg_.control_mode, cfg_.control_owner, cfg_.control_group, cfg_.control_path.empty()};
+  if (!ctl_.listen(ctl_path, ctl_opts, err)) return false;
   epoll_add(ctl_.fd(), kKeyControl);
   if (!add_ctl_commands(*this, &ctl_, err)) return false;
   if (!start_datapath(err)) return false;
@@ -205,6 +207,7 @@ void Switch::on_tick() {
     }
   }
   links_.on_tick();
+  sample_rates();
   ctl_.expire();  // control clients past their request budget
   static uint32_t last_age = 0;
   if (now - last_age >= 5) {
@@ -341,6 +344,17 @@ void Switch::set_flush(uint32_t port, dp::FlushPolicy p) {
 }
 
 control::Json Switch::ports_info() const { return ports_json(view()); }
+
+control::Json Switch::show() const { return show_json(view(), ctl_.path()); }
+
+void Switch::sample_rates() {
+  std::vector<PortRates::Totals> t(ports_.size());
+  for (uint32_t i = 0; i < ports_.size(); ++i) {
+    const port::CounterSnapshot c = raw_port_counters(view(), i);  // (rates: never rebased)
+    t[i] = {c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes};
+  }
+  rates_.sample(mono_ns(), t);
+}
 
 std::unique_ptr<control::ReplyStream> Switch::fdb(uint32_t port, size_t limit) const {
   return fdb_stream(view(), port, limit);

@@ -14,6 +14,7 @@
 #include "app/config.h"
 #include "app/counter_base.h"
 #include "app/links.h"
+#include "app/port_rates.h"
 #include "control/control_server.h"
 #include "dp/fdb.h"
 #include "dp/forwarder.h"
@@ -47,6 +48,8 @@ class Switch {
   /// The `ctl stats --json` document (INTERFACES.md).
   control::Json stats() const;
   control::Json ports_info() const;
+  /// `ctl show`: the switch, its PMD threads, ports and links on one screen.
+  control::Json show() const;
   /// `ctl fdb`: the MAC table's entries of `port` (~0u: every port's), at most `limit` of
   /// them, as a reply made in slices (app/json_views.h fdb_stream).
   std::unique_ptr<control::ReplyStream> fdb(uint32_t port, size_t limit) const;
@@ -143,6 +146,8 @@ class Switch {
   void announce(uint32_t port, const uint8_t mac[6]);
   void watch_port(uint32_t i);
   void on_tick();
+  /// The tick's sample of every port's counters, for the rates of `ctl stats`.
+  void sample_rates();
   /// The state the JSON views read (app/json_views.h).
   SwitchView view() const;
 
@@ -173,6 +178,7 @@ class Switch {
   std::atomic<bool> stop_{false};
   AnnounceLimiter announce_limit_;  ///< SEND_RARP per port (control thread)
   uint64_t start_ns_ = 0;
+  PortRates rates_;  ///< control thread (on_tick, stats)
 };
 
 }  // namespace vl::app

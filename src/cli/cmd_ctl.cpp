@@ -25,16 +25,31 @@ void add_ctl_command(CLI::App& app, CtlArgs& a) {
 
 namespace {
 
+/// A rate with an SI prefix: "0", "950", "12.3k", "1.49M", "9.87G".
+std::string si(double v) {
+  static constexpr const char* kPrefix[] = {"", "k", "M", "G", "T"};
+  size_t i = 0;
+  while (v >= 1000 && i + 1 < std::size(kPrefix)) {
+    v /= 1000;
+    ++i;
+  }
+  return i == 0 ? fmt::format("{:.0f}", v) : fmt::format("{:.3g}{}", v, kPrefix[i]);
+}
+
 void print_stats(const Json& r) {
-  fmt::print("{:<12} {:<10} {:>14} {:>16} {:>14} {:>16} {:>10}\n", "PORT", "STATE", "RX_PACKETS",
-             "RX_BYTES", "TX_PACKETS", "TX_BYTES", "DROPS");
+  // Rates: over the switch's last sampling interval (about 1 s; "rates" in the JSON).
+  fmt::print("{:<12} {:<10} {:>14} {:>16} {:>14} {:>16} {:>10} {:>7} {:>7} {:>7} {:>7}\n",
+             "PORT", "STATE", "RX_PACKETS", "RX_BYTES", "TX_PACKETS", "TX_BYTES", "DROPS",
+             "RX_PPS", "RX_BPS", "TX_PPS", "TX_BPS");
   for (const auto& p : r["ports"]) {
     uint64_t drops = 0;
     for (const auto& [k, v] : p["drops"].items()) drops += v.get<uint64_t>();
-    fmt::print("{:<12} {:<10} {:>14} {:>16} {:>14} {:>16} {:>10}\n", p["name"].get<std::string>(),
-               p["state"].get<std::string>(), p["rx_packets"].get<uint64_t>(),
-               p["rx_bytes"].get<uint64_t>(), p["tx_packets"].get<uint64_t>(),
-               p["tx_bytes"].get<uint64_t>(), drops);
+    const auto rate = [&](const char* k) { return si(p.value(k, 0.0)); };
+    fmt::print("{:<12} {:<10} {:>14} {:>16} {:>14} {:>16} {:>10} {:>7} {:>7} {:>7} {:>7}\n",
+               p["name"].get<std::string>(), p["state"].get<std::string>(),
+               p["rx_packets"].get<uint64_t>(), p["rx_bytes"].get<uint64_t>(),
+               p["tx_packets"].get<uint64_t>(), p["tx_bytes"].get<uint64_t>(), drops,
+               rate("rx_pps"), rate("rx_bps"), rate("tx_pps"), rate("tx_bps"));
     for (const auto& [k, v] : p["drops"].items()) {
       if (v.get<uint64_t>()) fmt::print("{:<12}   drop {:<16} {}\n", "", k, v.get<uint64_t>());
     }
@@ -101,6 +116,11 @@ void print_ports(const Json& r) {
                p["pmd"].get<int>() < 0 ? std::string("none") : std::to_string(p["pmd"].get<int>()),
                p["connects"].get<uint64_t>(), mtu(p.value("mtu_config", 0u)),
                mtu(p["mtu"].get<uint32_t>()), p["features"].get<std::string>(), vlan_text(p));
+    if (const Json& e = p.value("last_connect_error", Json()); e.is_object())
+      fmt::print("  last connect error: {} (errno {}) at {}, {} s ago; {} failed attempt(s) "
+                 "since the last connect\n",
+                 e["error"].get<std::string>(), e["errno"].get<int>(), e["at"].get<std::string>(),
+                 e["age_s"].get<uint64_t>(), e["failures"].get<uint64_t>());
     for (const auto& v : p["vrings"]) {
       fmt::print("  vring {} (queue pair {}) {:<9} {:<6} size {:<5} {}{}{}\n", v["index"].get<int>(),
                  v.value("queue", 0), v["role"].get<std::string>(),
@@ -189,6 +209,50 @@ void print_link(const Json& l) {
              l["established"].get<uint64_t>(), l["revoked"].get<uint64_t>());
 }
 
+/// `ctl show`: the switch, then each port, then the links (like `ovs-vsctl show`).
+void print_show(const Json& r) {
+  const Json& sw = r["switch"];
+  fmt::print("virtlink {} (pid {}), control {}\n", sw["version"].get<std::string>(),
+             sw["pid"].get<int64_t>(), sw["control"].get<std::string>());
+  fmt::print("  forward {}, {} PMD thread(s) in {} mode, rxq assign {}\n",
+             sw["forward"].get<std::string>(), sw["pmds"].size(), sw["pmd_mode"].get<std::string>(),
+             sw["rxq_assign"].get<std::string>());
+  for (const auto& t : sw["pmds"]) {
+    std::string q;
+    for (const auto& x : t["rxqs"])
+      q += fmt::format(" {}/{}", x["port"].get<std::string>(), x["queue"].get<int>());
+    fmt::print("  pmd {} cpu {}:{}\n", t["pmd"].get<int>(), pmd_cpu(t), q.empty() ? " (no rxqs)" : q);
+  }
+  for (const auto& p : r["ports"]) {
+    const uint32_t mtu_cfg = p.value("mtu_config", 0u), mtu = p.value("mtu", 0u);
+    fmt::print("  port {}: {} {}, {}, mtu {}, {} queue pair(s), flush {}{}\n",
+               p["name"].get<std::string>(), p["type"].get<std::string>(),
+               p["target"].get<std::string>(), p["state"].get<std::string>(),
+               mtu_cfg ? std::to_string(mtu_cfg) : mtu ? std::to_string(mtu) : std::string("none"),
+               p.value("queues", 0u), p["flush"].get<std::string>(), vlan_text(p));
+    if (const Json& l = p.value("link", Json()); l.is_object())
+      fmt::print("    direct link with {} ({}): {}\n", l["peer"].get<std::string>(),
+                 l["serves"].get<bool>() ? "this port's front-end serves its rings"
+                                         : "its front-end serves this port's rings",
+                 l["state"].get<std::string>());
+    if (const Json& t = p.value("tunnel", Json()); t.is_object())
+      fmt::print("    vxlan VNI {} from {} on {}\n", t["vni"].get<uint32_t>(),
+                 t["local"].get<std::string>(), t["uplink"].get<std::string>());
+    if (p.contains("underlay_of")) {
+      std::string t;
+      for (const auto& n : p["underlay_of"]) t += (t.empty() ? "" : ", ") + n.get<std::string>();
+      fmt::print("    underlay of {}\n", t);
+    }
+    if (const Json& e = p.value("last_connect_error", Json()); e.is_object())
+      fmt::print("    last connect error: {}, {} s ago\n", e["error"].get<std::string>(),
+                 e["age_s"].get<uint64_t>());
+  }
+  if (r["links"].empty()) fmt::print("  no links\n");
+  for (const auto& l : r["links"])
+    fmt::print("  link {} <- {}: {}\n", l["a"].get<std::string>(), l["b"].get<std::string>(),
+               l["state"].get<std::string>());
+}
+
 }  // namespace
 
 int run_ctl(const CtlArgs& a) {
@@ -197,6 +261,10 @@ int run_ctl(const CtlArgs& a) {
   const control::CommandSpec* spec = control::find_command(a.command);
   if (spec && spec->max_args == 0 && !a.args.empty()) {
     fmt::print(stderr, "virtlink ctl {}: takes no arguments\n", a.command);
+    return 2;
+  }
+  if (spec && (a.args.size() < spec->min_args || a.args.size() > spec->max_args)) {
+    fmt::print(stderr, "virtlink ctl {}: {}\n", a.command, control::usage_error(*spec));
     return 2;
   }
   Json args = Json::object();
@@ -246,11 +314,21 @@ int run_ctl(const CtlArgs& a) {
     fmt::print("port {}: set{} ({})\n", result["port"].get<std::string>(),
                result["restarted"].get<bool>() ? ", reopened" : "", result["state"].get<std::string>());
   else if (a.command == "stats-clear") fmt::print("counters cleared\n");
+  else if (a.command == "show") print_show(result);
+  else if (a.command == "log-level")
+    fmt::print("log level {}{}\n", result["log_level"].get<std::string>(),
+               result.contains("previous")
+                   ? fmt::format(" (was {})", result["previous"].get<std::string>())
+                   : std::string());
   else if (a.command == "links") {
     if (result.empty()) fmt::print("no links\n");
     for (const auto& l : result) print_link(l);
   }
   else fmt::print("{}\n", result.dump(2));
+  // Which switch answered: a `ctl` without --control may reach another user's.
+  if (const Json& who = reply.value("switch", Json()); who.is_object())
+    fmt::print("(switch {} at {})\n", who.value("pid", int64_t{0}),
+               who.value("control", std::string("?")));
   return 0;
 }
 

@@ -8,6 +8,19 @@
 
 namespace vl::cli {
 
+namespace {
+/// --control and the control socket file's mode, owner and group.
+void add_control_options(CLI::App* s, SwitchArgs& a) {
+  s->add_option("--control", a.control,
+                "control socket (default /run/virtlink/virtlink.ctl, $XDG_RUNTIME_DIR/virtlink.ctl "
+                "when not root; a given path's directory must exist)");
+  s->add_option("--control-mode", a.control_mode,
+                "permission bits of the control socket file, octal (0600)");
+  s->add_option("--control-owner", a.control_owner, "owner (name or uid) of the control socket file");
+  s->add_option("--control-group", a.control_group, "group (name or gid) of the control socket file");
+}
+}  // namespace
+
 void add_switch_command(CLI::App& app, SwitchArgs& a) {
   CLI::App* s = app.add_subcommand("switch", "Run the vhost-user switch daemon");
   // The switch's options hold 0 for "not given" (the TOML file or the built-in default
@@ -38,14 +51,16 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
                 "bridge (MAC learning, default) or xconnect (1<->2, 3<->4, ...: an even number "
                 "of ports)")
       ->check(CLI::IsMember({"bridge", "xconnect"}));
-  s->add_option("--pmd-cores", a.pmd_cores, "CPUs for PMD threads, taskset syntax (1 | 1,3 | 2-5)");
+  s->add_option("--pmd-cores", a.pmd_cores,
+                "CPUs for PMD threads, taskset syntax (1 | 1,3 | 2-5), each CPU once")
+      ->each([&a](const std::string&) { a.pmd_cores_given = true; });
   s->add_option("--pmd-mode", a.pmd_mode, "poll (default), interrupt or adaptive")
       ->check(CLI::IsMember({"poll", "interrupt", "adaptive"}));
   s->add_option("--pmd-idle-us", a.pmd_idle_us, "adaptive mode: the longest spin before sleeping, microseconds (200); the spin window adapts below it");
   s->add_option("--flush", a.flush,
                 "output batching: POLICY for every port, or PORT:POLICY for one (repeat); "
                 "POLICY is immediate, rx-batch (default), interval=US or budget=US");
-  s->add_option("--control", a.control, "control socket (default /run/virtlink/virtlink.ctl)");
+  add_control_options(s, a);
   s->add_option("--mac-aging", a.mac_aging_s, "MAC table aging in seconds (300)");
   s->add_option("--burst", a.burst, "packets taken from a queue per poll (32, at most 64)");
   s->add_option("--offloads", a.offloads,
@@ -172,7 +187,15 @@ bool apply_pmd_options(const SwitchArgs& a, app::SwitchConfig* cfg) {
       spdlog::error("--pmd-cores '{}' is not a CPU list", a.pmd_cores);
       return false;
     }
+    if (const auto twice = repeated_cpu(a.pmd_cores)) {
+      spdlog::error("--pmd-cores '{}': CPU {} is given twice (one PMD thread per CPU)",
+                    a.pmd_cores, *twice);
+      return false;
+    }
     cfg->pmd_cores = *c;
+  } else if (a.pmd_cores_given) {
+    spdlog::error("--pmd-cores '': an empty CPU list (omit the option for one unpinned thread)");
+    return false;
   }
   if (!a.pmd_mode.empty()) cfg->pmd.mode = *app::parse_pmd_mode(a.pmd_mode);
   if (a.pmd_idle_us) cfg->pmd.idle_us = a.pmd_idle_us;
@@ -202,6 +225,7 @@ bool apply_switch_options(const SwitchArgs& a, app::SwitchConfig* cfg) {
   return true;
 }
 
+/// --control-mode, --control-owner, --control-group: the control socket file's.
 /// --socket-mode, --socket-owner, --socket-group, --max-guest-memory: the switch-wide
 /// defaults of every port that does not set its own (app::apply_port_defaults); and
 /// --max-total-guest-memory, the cap over every port together.
@@ -214,6 +238,16 @@ bool apply_socket_options(const SwitchArgs& a, app::SwitchConfig* cfg) {
     }
     cfg->socket_mode = *m;
   }
+  if (!a.control_mode.empty()) {
+    auto m = app::parse_socket_mode(a.control_mode);
+    if (!m) {
+      spdlog::error("--control-mode '{}': octal permission bits, e.g. 0660", a.control_mode);
+      return false;
+    }
+    cfg->control_mode = *m;
+  }
+  if (!a.control_owner.empty()) cfg->control_owner = a.control_owner;
+  if (!a.control_group.empty()) cfg->control_group = a.control_group;
   if (!a.socket_owner.empty()) cfg->socket_owner = a.socket_owner;
   if (!a.socket_group.empty()) cfg->socket_group = a.socket_group;
   if (a.max_guest_memory_gib) cfg->max_guest_memory = a.max_guest_memory_gib << 30;

@@ -16,9 +16,13 @@ struct SwitchArgs {
   std::string dpdk_extra;  ///< --dpdk-extra ARGS (EAL arguments, space separated)
   std::string forward;
   std::string pmd_cores;
+  bool pmd_cores_given = false;  ///< --pmd-cores given (an empty list is a usage error)
   std::string pmd_mode;
   std::vector<std::string> flush;  ///< POLICY (every port) or PORT:POLICY
   std::string control;
+  std::string control_mode;   ///< octal; empty: the TOML file's or 0600
+  std::string control_owner;
+  std::string control_group;
   uint32_t pmd_idle_us = 0;
   uint32_t mac_aging_s = 0;
   uint32_t burst = 0;

@@ -45,6 +45,10 @@ int main(int argc, char** argv) {
   vl::cli::add_vnf_command(app, vnf);
   vl::cli::BenchArgs bench;
   vl::cli::add_bench_command(app, bench);
+  // --log-level also after the subcommand (`virtlink switch --log-level debug ...`): an
+  // option a subcommand does not know falls through to this level (bench passes its
+  // extras to its harness instead).
+  for (const char* name : {"switch", "ctl", "gen", "vnf"}) app.get_subcommand(name)->fallthrough();
 
   try {
     app.parse(argc, argv);

@@ -39,6 +39,10 @@ constexpr CommandSpec kCommands[] = {
     {"stats-clear", "", 0, 0, "", "the counters of ctl stats start again from 0"},
     {"reload", "", 0, 0, "", "read the configuration file again, as SIGHUP does"},
     {"version", "", 0, 0, "", "the switch's version"},
+    {"show", "", 0, 0, "",
+     "one screen: the switch (version, pid, control, forward, PMD threads), ports, links"},
+    {"log-level", "[LEVEL]", 0, 1, "usage: log-level [LEVEL] (trace, debug, info, warn, error, off)",
+     "set the switch's log level at run time (trace ... off); without LEVEL, show it"},
 };
 static_assert(kFdbShown == 1000, "the help line of fdb gives the number");
 

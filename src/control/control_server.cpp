@@ -82,16 +82,37 @@ bool write_all(int fd, const std::string& s) {
 }
 }  // namespace
 
-bool ControlServer::listen(const std::string& path, std::string* err) {
+bool ControlServer::listen(const std::string& path, const ListenOptions& opts, std::string* err) {
   sockaddr_un a;
   if (!make_unix_addr(path, &a, err)) return false;
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  if (opts.create_dir) {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  }
+  if (const std::string e = missing_socket_dir(path, "control socket"); !e.empty()) {
+    *err = e;
+    return false;
+  }
+  uint32_t uid = static_cast<uint32_t>(-1), gid = static_cast<uint32_t>(-1);  // -1: unchanged
+  if (!opts.owner.empty() && !resolve_id(opts.owner, false, &uid)) {
+    *err = fmt::format("control socket: unknown owner '{}'", opts.owner);
+    return false;
+  }
+  if (!opts.group.empty() && !resolve_id(opts.group, true, &gid)) {
+    *err = fmt::format("control socket: unknown group '{}'", opts.group);
+    return false;
+  }
   if (!clear_stale_socket(path, a, "control socket", err)) return false;
+  // As for a vhost-user socket: nobody can connect before listen(), so the moment between
+  // bind and chown/chmod exposes nothing.
   UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!s.valid() || bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      chmod(path.c_str(), 0600) != 0 || ::listen(s.get(), 64) != 0) {
+  const bool bound = s.valid() && bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  if (!bound ||
+      ((uid != static_cast<uint32_t>(-1) || gid != static_cast<uint32_t>(-1)) &&
+       chown(path.c_str(), uid, gid) != 0) ||
+      chmod(path.c_str(), opts.mode) != 0 || ::listen(s.get(), 64) != 0) {
     *err = fmt::format("cannot listen on {}: {}", path, strerror(errno));
+    if (bound) unlink(path.c_str());
     return false;
   }
   UniqueFd ep(epoll_create1(EPOLL_CLOEXEC));
@@ -100,11 +121,14 @@ bool ControlServer::listen(const std::string& path, std::string* err) {
   ev.data.fd = s.get();
   if (!ep.valid() || epoll_ctl(ep.get(), EPOLL_CTL_ADD, s.get(), &ev) != 0) {
     *err = fmt::format("control socket: epoll: {}", strerror(errno));
+    unlink(path.c_str());
     return false;
   }
   listen_ = std::move(s);
   epoll_ = std::move(ep);
   path_ = path;
+  identity_ = fmt::format(R"("switch":{})",
+                          Json{{"control", path}, {"pid", static_cast<int64_t>(getpid())}}.dump());
   return true;
 }
 
@@ -310,6 +334,13 @@ bool ControlServer::pump(Client& c, bool slice) {
   }
 }
 
+void ControlServer::with_identity(std::string* line) const {
+  // A reply line is one JSON object (ReplyStream: from its opening brace): the member goes
+  // first, so a streamed reply's first slice carries it like a whole reply.
+  if (identity_.empty() || line->empty() || (*line)[0] != '{') return;
+  line->insert(1, (*line)[1] == '}' ? identity_ : identity_ + ",");
+}
+
 void ControlServer::start_reply(Client& c, const std::string& line) {
   c.replying = true;
   c.deadline_ms = now_ms() + kReplyBudgetMs;
@@ -323,10 +354,12 @@ void ControlServer::start_reply(Client& c, const std::string& line) {
   // regressions/fuzz_control/nul_byte_ends_parse_not_depth_check).
   if (line.find('\0') != std::string::npos) {
     c.out = kMalformed.dump() + "\n";
+    with_identity(&c.out);
     return;
   }
   if (json_depth(line) > kMaxDepth) {
     c.out = Json{{"ok", false}, {"error", "request nested too deeply"}}.dump() + "\n";
+    with_identity(&c.out);
     return;
   }
   const Json req = Json::parse(line, nullptr, false);
@@ -356,6 +389,7 @@ void ControlServer::start_reply(Client& c, const std::string& line) {
             ++counters_.streamed;
             c.turn = turn_;
             if (c.stream->next(&c.out)) c.stream.reset();  // the first slice
+            with_identity(&c.out);
             return;
           }
           c.stream.reset();
@@ -372,6 +406,7 @@ void ControlServer::start_reply(Client& c, const std::string& line) {
     }
   }
   c.out = reply.dump() + "\n";
+  with_identity(&c.out);
 }
 
 bool request(const std::string& path, const std::string& cmd, const Json& args, Json* result,

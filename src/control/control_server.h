@@ -29,6 +29,8 @@ struct CommandSpec;
 /// the client's socket has taken every byte made before; next() appends the next
 /// part of the reply line (from its first byte, `{"ok":true,...`, to its final '\n') to
 /// `*out`, doing at most about kSliceUs of work, and returns true once the line is complete.
+/// The server adds the reply's "switch" member (ControlServer::listen) after the line's
+/// opening brace.
 class ReplyStream {
  public:
   /// Work one call to next() should stop after (µs).
@@ -70,7 +72,20 @@ class ControlServer {
     uint64_t streamed = 0;       ///< replies made in slices
   };
 
-  bool listen(const std::string& path, std::string* err);
+  /// The control socket file's permissions (--control-mode, --control-owner,
+  /// --control-group), applied between bind and listen like a vhost-user port's.
+  struct ListenOptions {
+    uint32_t mode = 0600;  ///< permission bits
+    std::string owner;     ///< user name or uid; empty: ours
+    std::string group;     ///< group name or gid; empty: ours
+    /// Create the socket's directory when missing (the default path, /run/virtlink); a path
+    /// the user gave must be in a directory that exists (util/unix_socket.h).
+    bool create_dir = false;
+  };
+  /// Listens on `path`. Every reply line then carries, beside "ok" and "result", the member
+  /// "switch": {"control": PATH, "pid": N}: which switch answered.
+  bool listen(const std::string& path, const ListenOptions& opts, std::string* err);
+  bool listen(const std::string& path, std::string* err) { return listen(path, {}, err); }
   void close();
   /// An epoll fd, readable when a client connects or sends: add it to the caller's epoll
   /// and call on_ready() when it is readable.
@@ -125,11 +140,14 @@ class ControlServer {
   /// client is done with (the reply sent, or the socket failed) and must be removed.
   bool pump(Client& c, bool slice);
   void set_events(Client& c, uint32_t events);
+  /// Inserts the "switch" member (identity_) after the opening brace of a reply line.
+  void with_identity(std::string* line) const;
   void remove(size_t i);
 
   UniqueFd listen_;
   UniqueFd epoll_;
   std::string path_;
+  std::string identity_;  // `"switch":{"control":PATH,"pid":N}`, a member of every reply
   std::map<std::string, Handler> handlers_;
   using RawStream =
       std::function<bool(const Json& args, std::unique_ptr<ReplyStream>*, std::string*)>;

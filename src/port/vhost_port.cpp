@@ -1,8 +1,6 @@
 #include "port/vhost_port.h"
 
 #include <fcntl.h>
-#include <grp.h>
-#include <pwd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -10,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 
 #include <fmt/format.h>
 
@@ -21,26 +20,6 @@
 namespace vl::port {
 
 using namespace vl::virtio;
-
-namespace {
-/// A user or group id from a name or a number; false if unknown.
-bool resolve_id(const std::string& s, bool group, uint32_t* id) {
-  if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos) {
-    *id = static_cast<uint32_t>(std::stoul(s));
-    return true;
-  }
-  if (group) {
-    const struct group* g = getgrnam(s.c_str());
-    if (!g) return false;
-    *id = g->gr_gid;
-  } else {
-    const struct passwd* p = getpwnam(s.c_str());
-    if (!p) return false;
-    *id = p->pw_uid;
-  }
-  return true;
-}
-}  // namespace
 
 VhostPort::VhostPort(uint32_t id, PortConfig cfg, Quiescer* q, vhost::MemoryBudget* budget)
     : Port(id, cfg.name), cfg_(std::move(cfg)), quiescer_(q), backend_(this, [&] {
@@ -122,25 +101,40 @@ const char* VhostPort::state() const {
   return "waiting";
 }
 
+void VhostPort::connect_failed(int err, std::string text) {
+  connect_error_.err = err;
+  connect_error_.text = std::move(text);
+  connect_error_.at_unix_s = static_cast<int64_t>(time(nullptr));
+  connect_error_.at_mono_s = mono_s();
+  ++connect_error_.failures;
+}
+
 bool VhostPort::try_connect() {
   sockaddr_un a;
   std::string err;
   if (!make_unix_addr(cfg_.path, &a, &err)) {
+    connect_failed(ENAMETOOLONG, err);
     down_ = true;
     return false;
   }
   UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!s.valid()) return false;
+  if (!s.valid()) {
+    connect_failed(errno, strerror(errno));
+    return false;
+  }
   if (connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    const int e = errno;
+    connect_failed(e, strerror(e));
     if (!retry_logged_) {
       spdlog::info("port {}: {} not reachable ({}), retrying every second", cfg_.name, cfg_.path,
-                   strerror(errno));
+                   strerror(e));
       retry_logged_ = true;
     }
     return false;
   }
   fcntl(s.get(), F_SETFL, fcntl(s.get(), F_GETFL) | O_NONBLOCK);
   retry_logged_ = false;
+  connect_error_.failures = 0;
   ++connects_;
   backend_.attach(std::move(s));
   VL_LOG_RL(spdlog::level::info, "port {}: connected to {}", cfg_.name, cfg_.path);

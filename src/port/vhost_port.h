@@ -55,6 +55,17 @@ class VhostPort final : public Port, public vhost::DeviceHost {
   bool connected() const override { return backend_.connected(); }
   const vhost::Backend& backend() const { return backend_; }
   uint64_t connects() const { return connects_; }
+  /// A client port's last failed connect (`ctl ports`): errno and its text, when (wall
+  /// clock, s since the epoch, and CLOCK_MONOTONIC s for its age), and the attempts that
+  /// failed in a row before a connect succeeded (0 once connected; the error stays shown).
+  struct ConnectError {
+    int err = 0;             ///< errno; 0: no connect failed yet
+    std::string text;        ///< strerror(err), or why the path cannot be used
+    int64_t at_unix_s = 0;   ///< CLOCK_REALTIME s
+    uint64_t at_mono_s = 0;  ///< mono_s()
+    uint64_t failures = 0;   ///< failed attempts since the last successful connect
+  };
+  const ConnectError& last_connect_error() const { return connect_error_; }
 
   // ---- Datapath side (Port: active(), dp()) ----
   /// Shared state (locks, self-checks) of queue pair q's guest receive / transmit queue.
@@ -115,6 +126,8 @@ class VhostPort final : public Port, public vhost::DeviceHost {
   uint64_t hold_until_s_ = 0;  ///< mono_s() (util/clock.h); accept/connect only from then
   bool retry_logged_ = false;
   uint64_t connects_ = 0;
+  ConnectError connect_error_;
+  void connect_failed(int err, std::string text);
   LinkHooks* link_hooks_ = nullptr;
   /// Pauses that change neither rings nor memory (the link manager's own, a writer move):
   /// pause_datapath calls no LinkHooks::port_changing for them.

@@ -36,6 +36,24 @@ std::optional<std::vector<int>> parse_cpu_list(std::string_view text) {
   return cpus;
 }
 
+std::optional<int> repeated_cpu(std::string_view text) {
+  if (!parse_cpu_list(text)) return std::nullopt;
+  std::vector<bool> seen(1024, false);
+  while (!text.empty()) {
+    const size_t comma = text.find(',');
+    const std::string_view item = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    const size_t dash = item.find('-');
+    const int lo = *parse_int(item.substr(0, dash));
+    const int hi = dash == std::string_view::npos ? lo : *parse_int(item.substr(dash + 1));
+    for (int c = lo; c <= hi; ++c) {
+      if (seen[static_cast<size_t>(c)]) return c;
+      seen[static_cast<size_t>(c)] = true;
+    }
+  }
+  return std::nullopt;
+}
+
 int pin_current_thread(int cpu) {
   cpu_set_t set;
   CPU_ZERO(&set);

@@ -1,10 +1,14 @@
 #include "util/unix_socket.h"
 
+#include <grp.h>
+#include <pwd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -41,6 +45,35 @@ bool clear_stale_socket(const std::string& path, const sockaddr_un& a, const cha
   }
   unlink(path.c_str());
   return true;
+}
+
+bool resolve_id(const std::string& s, bool group, uint32_t* id) {
+  if (!s.empty() && s.size() <= 9 && s.find_first_not_of("0123456789") == std::string::npos) {
+    *id = static_cast<uint32_t>(std::stoul(s));
+    return true;
+  }
+  if (group) {
+    const struct group* g = getgrnam(s.c_str());
+    if (!g) return false;
+    *id = g->gr_gid;
+  } else {
+    const struct passwd* p = getpwnam(s.c_str());
+    if (!p) return false;
+    *id = p->pw_uid;
+  }
+  return true;
+}
+
+std::string missing_socket_dir(const std::string& path, const char* what) {
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) return "";
+  struct stat st;
+  const bool found = stat(dir.c_str(), &st) == 0;
+  if (found && S_ISDIR(st.st_mode)) return "";
+  return fmt::format("{} {}: directory {} {}", what, path, dir.string(),
+                     found             ? "is not a directory"
+                     : errno == ENOENT ? "does not exist (create it first)"
+                                       : strerror(errno));
 }
 
 }  // namespace vl

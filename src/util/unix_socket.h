@@ -1,7 +1,9 @@
 #pragma once
-// Unix-domain socket addresses for the vhost-user and control sockets.
+// Unix-domain socket addresses for the vhost-user and control sockets, the owner and group
+// names of their files, and the directory a socket file goes into.
 #include <sys/un.h>
 
+#include <cstdint>
 #include <string>
 
 namespace vl {
@@ -16,5 +18,15 @@ bool make_unix_addr(const std::string& path, sockaddr_un* a, std::string* err);
 /// a socket a running one serves). `what` names the socket in the message.
 bool clear_stale_socket(const std::string& path, const sockaddr_un& a, const char* what,
                         std::string* err);
+
+/// A user id (group = false) or group id (group = true) from a name or a decimal number.
+/// False when the name is not known on this host (getpwnam/getgrnam).
+bool resolve_id(const std::string& s, bool group, uint32_t* id);
+
+/// "" when the directory `path` goes into exists (a relative path with no directory: the
+/// working directory), else the error for a socket `what` at `path` ("control socket
+/// /x/y.ctl: directory /x does not exist"): a socket file is never given a directory of
+/// its own making, which nobody would remove.
+std::string missing_socket_dir(const std::string& path, const char* what);
 
 }  // namespace vl

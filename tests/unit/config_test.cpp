@@ -166,6 +166,7 @@ TEST(ConfigToml, EveryTopLevelKey) {
       "mac_table_buckets = 1024\nmac_limit = 99\nsocket_mode = 0o640\n"
       "socket_owner = \"nobody\"\nsocket_group = \"nogroup\"\nmax_guest_memory_gib = 3\n"
       "tx_retry_us = 7\ncompletion_coalesce_us = 300\nburst = 16\n"
+      "control_mode = 0o660\ncontrol_owner = \"nobody\"\ncontrol_group = \"nogroup\"\n"
       "[[port]]\nname = \"a\"\npath = \"/tmp/vl-ct-a.sock\"\nflush = \"immediate\"\n"
       "[[port]]\nname = \"b\"\ntype = \"vhost-user-client\"\npath = \"/tmp/vl-ct-b.sock\"\n"
       "[[link]]\na = \"a\"\nb = \"b\"\n");
@@ -191,6 +192,9 @@ TEST(ConfigToml, EveryTopLevelKey) {
   EXPECT_EQ(c.tx_retry_us, 7u);
   EXPECT_EQ(c.completion_coalesce_us, 300u);
   EXPECT_EQ(c.burst, 16u);
+  EXPECT_EQ(c.control_mode, 0660u);
+  EXPECT_EQ(c.control_owner, "nobody");
+  EXPECT_EQ(c.control_group, "nogroup");
   ASSERT_EQ(c.ports.size(), 2u);
   EXPECT_EQ(c.ports[0].mode, port::SocketMode::kServer);
   EXPECT_EQ(c.ports[1].mode, port::SocketMode::kClient);
@@ -228,6 +232,80 @@ TEST(ConfigToml, ErrorsNameTheKeyAndChangeNothing) {
     EXPECT_EQ(c.flush, "rx-batch") << text;  // untouched
     std::remove(f.c_str());
   }
+}
+
+// An error says FILE:LINE: (the key's line), and in a [[port]] table FILE:LINE: port NAME:
+// with the line of the key at fault, or of the table for what it lacks; a table without a
+// (string) name is "#N", its place among the [[port]] tables.
+TEST(ConfigToml, ErrorsGiveFileLineAndPort) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"flush = \"immediate\"\nburst = 65\n", ":2: 'burst' must be an integer in 1..64"},
+      {"nope = 1\n", ":1: unknown key 'nope'"},
+      {"[[port]]\nname = \"a\"\npath = \"p\"\n\n[[port]]\nname = \"vm2\"\npath = \"q\"\nmtu = 1\n",
+       ":8: port vm2: 'mtu' must be an integer in 68..65535"},
+      {"[[port]]\nmtu = 9000\ncolour = 1\nname = \"vm1\"\n", ":3: port vm1: unknown port key 'colour'"},
+      {"[[port]]\npath = \"p\"\nmtu = \"big\"\n", ":3: port #1: 'mtu' must be an integer"},
+      {"\n[[port]]\nname = \"vm1\"\n", ":2: port vm1: every [[port]] needs a name and a path"},
+      {"[[port]]\nname = \"t\"\ntype = \"vxlan\"\npath = \"vni=1\"\n", ":1: port t: "},
+      {"[[link]]\na = \"x\"\nc = \"y\"\n", ":3: link: unknown link key 'c' (a, b)"},
+      {"forward = \"bridge\"\nmtu = \n", ":2:"},  // a syntax error: toml++'s position
+  };
+  for (const auto& [text, msg] : cases) {
+    const std::string f = write_toml(text);
+    SwitchConfig c;
+    std::string err;
+    EXPECT_FALSE(load_toml(f, &c, &err)) << text;
+    EXPECT_EQ(err.rfind(f + msg, 0), 0u) << text << ": " << err;
+    std::remove(f.c_str());
+  }
+  // The port's own message names it once.
+  const std::string f = write_toml("[[port]]\nname = \"t\"\ntype = \"vxlan\"\npath = \"vni=1\"\n");
+  SwitchConfig c;
+  std::string err;
+  EXPECT_FALSE(load_toml(f, &c, &err));
+  EXPECT_EQ(err.find("port t: port t"), std::string::npos) << err;
+  std::remove(f.c_str());
+}
+
+// What a configuration names on this host: owners and groups that exist, and existing
+// directories for the sockets the switch creates (a usage error, exit 2, before anything
+// starts; the default control socket's directory is made, so only a given one is checked).
+TEST(ConfigValidate, SocketOwnersGroupsAndDirectories) {
+  std::string err;
+  SwitchConfig c = with_ports(dp::ForwardMode::kBridge, {"a"});
+  EXPECT_TRUE(validate(c, &err)) << err;
+  c.ports[0].socket_owner = "no-such-user-vl";
+  EXPECT_FALSE(validate(c, &err));
+  EXPECT_EQ(err, "port a: unknown socket owner 'no-such-user-vl'");
+  c.ports[0].socket_owner = "0";
+  c.ports[0].socket_group = "no-such-group-vl";
+  EXPECT_FALSE(validate(c, &err));
+  EXPECT_EQ(err, "port a: unknown socket group 'no-such-group-vl'");
+  c.ports[0].socket_group = "";
+  c.control_group = "no-such-group-vl";
+  EXPECT_FALSE(validate(c, &err));
+  EXPECT_EQ(err, "control socket: unknown socket group 'no-such-group-vl'");
+  c.control_group = std::to_string(getegid());
+  c.control_owner = "no-such-user-vl";
+  EXPECT_FALSE(validate(c, &err));
+  EXPECT_EQ(err, "control socket: unknown socket owner 'no-such-user-vl'");
+  c.control_owner = "";
+  EXPECT_TRUE(validate(c, &err)) << err;
+  c.control_path = "/nonexistent-vl-dir/ctl";
+  EXPECT_FALSE(validate(c, &err));
+  EXPECT_EQ(err, "control socket /nonexistent-vl-dir/ctl: directory /nonexistent-vl-dir does "
+                 "not exist (create it first)");
+  c.control_path = "/etc/passwd/ctl";
+  EXPECT_FALSE(validate(c, &err));
+  EXPECT_EQ(err, "control socket /etc/passwd/ctl: directory /etc/passwd is not a directory");
+  c.control_path = "ctl";  // the working directory
+  EXPECT_TRUE(validate(c, &err)) << err;
+  c.ports[0].path = "/nonexistent-vl-dir/a.sock";
+  EXPECT_FALSE(validate(c, &err));
+  EXPECT_EQ(err, "port a: vhost-user socket /nonexistent-vl-dir/a.sock: directory "
+                 "/nonexistent-vl-dir does not exist (create it first)");
+  c.ports[0].mode = port::SocketMode::kClient;  // connects there, retrying: no file made
+  EXPECT_TRUE(validate(c, &err)) << err;
 }
 
 }  // namespace

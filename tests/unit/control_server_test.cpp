@@ -8,12 +8,14 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -87,6 +89,60 @@ TEST_F(ControlServerTest, AnswersARequest) {
   EXPECT_TRUE(r["ok"].get<bool>());
   EXPECT_EQ(r["result"]["x"], 1);
   close(s);
+}
+
+// Every reply names the switch that answered: {"control": PATH, "pid": N} beside "ok" and
+// "result", an error's and a malformed request's too.
+TEST_F(ControlServerTest, RepliesNameTheServer) {
+  const Json who = {{"control", path}, {"pid", getpid()}};
+  for (const char* req : {R"({"cmd":"echo","args":{"x":1}})", R"({"cmd":"nope"})", "[1"}) {
+    const int s = connect_client();
+    send_str(s, std::string(req) + "\n");
+    const Json r = Json::parse(read_reply(s));
+    EXPECT_EQ(r["switch"], who) << req;
+    EXPECT_TRUE(r.contains("ok")) << req;
+    close(s);
+  }
+}
+
+// The socket file's mode, owner and group (ListenOptions, --control-mode/-owner/-group),
+// and its directory: one that does not exist is an error unless create_dir (the default
+// path's), and a failed listen leaves no file behind.
+TEST(ControlServerListen, ModeGroupAndDirectory) {
+  const std::string dir = ::testing::TempDir() + "vl-ctl-perm-" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  ControlServer a;
+  std::string err;
+  EXPECT_FALSE(a.listen(dir + "/ctl", &err));
+  EXPECT_EQ(err, "control socket " + dir + "/ctl: directory " + dir +
+                     " does not exist (create it first)");
+  EXPECT_FALSE(std::filesystem::exists(dir));
+  ControlServer::ListenOptions o;
+  o.create_dir = true;
+  o.mode = 0660;
+  o.group = std::to_string(getegid());
+  ASSERT_TRUE(a.listen(dir + "/ctl", o, &err)) << err;
+  struct stat st;
+  ASSERT_EQ(stat((dir + "/ctl").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0660u);
+  EXPECT_EQ(st.st_gid, getegid());
+  a.close();
+  ControlServer b;
+  o = {};
+  o.owner = "no-such-user-vl";
+  EXPECT_FALSE(b.listen(dir + "/ctl2", o, &err));
+  EXPECT_EQ(err, "control socket: unknown owner 'no-such-user-vl'");
+  o = {};
+  o.group = "no-such-group-vl";
+  EXPECT_FALSE(b.listen(dir + "/ctl2", o, &err));
+  EXPECT_EQ(err, "control socket: unknown group 'no-such-group-vl'");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/ctl2"));
+  ASSERT_TRUE(b.listen(dir + "/ctl2", &err)) << err;  // default: 0600
+  ASSERT_EQ(stat((dir + "/ctl2").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  b.close();
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(ControlServerTest, ClientSlowToSendIsStillAnswered) {
@@ -264,6 +320,7 @@ TEST_F(StreamTest, AStreamedReplyArrivesWholeInSlices) {
   ASSERT_EQ(r.size(), 300000u);
   EXPECT_EQ(r[299999], 299999);
   EXPECT_EQ(full["count"], 300000);
+  EXPECT_EQ(full["switch"], Json({{"control", path}, {"pid", getpid()}}));  // in the first slice
   EXPECT_GE(slices.load(), 300);  // 1000 numbers a slice, one slice a turn
   EXPECT_FALSE(request(path, "fdb", {{"argv", {"bad"}}}, &r, &err));
   EXPECT_EQ(err, "no port named 'bad'");

@@ -14,7 +14,10 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
+
+#include <spdlog/spdlog.h>
 
 #include "app/switch.h"
 #include "control/command_table.h"
@@ -32,7 +35,7 @@ TEST(CtlCommandTable, SynopsisIsTheHelpOfCtl) {
             "stats | ports | fdb [PORT] [all] | pmd-stats | pmd-rxq-show | pmd-rebalance | "
             "set-flush PORT|all POLICY | links | link A B | unlink A B | "
             "add-port [--may-exist] NAME TYPE ARG [KEY=VALUE ...] | del-port [--if-exists] NAME | "
-            "set-port NAME KEY=VALUE ... | stats-clear | reload | version");
+            "set-port NAME KEY=VALUE ... | stats-clear | reload | version | show | log-level [LEVEL]");
 }
 
 TEST(CtlCommandTable, HelpListsEveryCommandWithItsHelp) {
@@ -190,8 +193,8 @@ TEST_F(RunningSwitch, UnknownCommandListsTheTable) {
   std::string err;
   EXPECT_FALSE(ctl("stat", {}, &r, &err));
   EXPECT_EQ(err, "unknown command 'stat' (commands: add-port, del-port, fdb, link, links, "
-                 "pmd-rebalance, pmd-rxq-show, pmd-stats, ports, reload, set-flush, set-port, "
-                 "stats, stats-clear, unlink, version)");
+                 "log-level, pmd-rebalance, pmd-rxq-show, pmd-stats, ports, reload, set-flush, "
+                 "set-port, show, stats, stats-clear, unlink, version)");
 }
 
 TEST_F(RunningSwitch, WrongArgumentCountIsAUsageError) {
@@ -233,12 +236,102 @@ TEST_F(RunningSwitch, HandlersThroughTheTable) {
   Json full;
   ASSERT_TRUE(control::request(dir + "/ctl", "fdb", Json::object(), &r, &err, &full)) << err;
   EXPECT_EQ(full, Json({{"ok", true}, {"result", Json::array()}, {"total", 0}, {"shown", 0},
-                        {"truncated", false}}));
+                        {"truncated", false},
+                        {"switch", {{"control", dir + "/ctl"}, {"pid", getpid()}}}}));
   ASSERT_TRUE(ctl("stats", {}, &r, &err)) << err;
   EXPECT_GE(r["control"]["streamed"], 1);
   EXPECT_EQ(r["guest_memory"], Json({{"mapped_bytes", 0}, {"limit_bytes", uint64_t{64} << 40},
                                      {"refused", 0}}));
   EXPECT_EQ(r["ports"][0]["guest_memory_refused"], 0);
+}
+
+// `ctl show`: the switch (who and how it runs, its PMD threads) and each port with its
+// settings, from the same views as `ctl ports` and `pmd-rxq-show`.
+TEST_F(RunningSwitch, ShowSummarisesTheSwitch) {
+  Json r, ports, rxq;
+  std::string err;
+  ASSERT_TRUE(ctl("set-flush", {"b", "interval=30"}, &r, &err)) << err;
+  ASSERT_TRUE(ctl("show", {}, &r, &err)) << err;
+  ASSERT_TRUE(ctl("ports", {}, &ports, &err)) << err;
+  ASSERT_TRUE(ctl("pmd-rxq-show", {}, &rxq, &err)) << err;
+  const Json& s = r["switch"];
+  EXPECT_EQ(s["version"], VIRTLINK_VERSION);
+  EXPECT_EQ(s["pid"], getpid());
+  EXPECT_EQ(s["control"], dir + "/ctl");
+  EXPECT_EQ(s["forward"], "bridge");
+  EXPECT_EQ(s["pmd_mode"], "interrupt");
+  EXPECT_EQ(s["pmds"], rxq["pmds"]);
+  ASSERT_EQ(r["ports"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const Json& p = r["ports"][i];
+    EXPECT_EQ(p["name"], ports[i]["name"]);
+    EXPECT_EQ(p["type"], "vhost-user");
+    EXPECT_EQ(p["target"], dir + "/" + p["name"].get<std::string>() + ".sock");
+    EXPECT_EQ(p["state"], "waiting");
+    EXPECT_EQ(p["queues"], ports[i]["queue_pairs"]);
+    EXPECT_EQ(p["vlan"], Json({{"mode", "all"}}));
+    EXPECT_EQ(p["link"], nullptr);
+    EXPECT_FALSE(p.contains("last_connect_error"));  // a server port
+  }
+  EXPECT_EQ(r["ports"][0]["flush"], "rx-batch");
+  EXPECT_EQ(r["ports"][1]["flush"], "interval=30");
+  EXPECT_EQ(r["links"], Json::array());
+  // A (switched) link names the partner on both ports.
+  ASSERT_TRUE(ctl("link", {"a", "b"}, &r, &err)) << err;
+  ASSERT_TRUE(ctl("show", {}, &r, &err)) << err;
+  EXPECT_EQ(r["ports"][0]["link"], Json({{"peer", "b"}, {"serves", false}, {"state", "switched"}}));
+  EXPECT_EQ(r["ports"][1]["link"], Json({{"peer", "a"}, {"serves", true}, {"state", "switched"}}));
+  ASSERT_EQ(r["links"].size(), 1u);
+}
+
+// `ctl log-level LEVEL` sets the level at run time; without LEVEL it says which; any other
+// word is a usage error (ctl exits 2) and changes nothing.
+TEST_F(RunningSwitch, LogLevelAtRunTime) {
+  const auto saved = spdlog::get_level();
+  Json r;
+  std::string err;
+  ASSERT_TRUE(ctl("log-level", {"debug"}, &r, &err)) << err;
+  EXPECT_EQ(spdlog::get_level(), spdlog::level::debug);
+  EXPECT_EQ(r["log_level"], "debug");
+  for (const auto& [name, level] : {std::pair{"trace", spdlog::level::trace},
+                                    std::pair{"warn", spdlog::level::warn},
+                                    std::pair{"error", spdlog::level::err},
+                                    std::pair{"off", spdlog::level::off},
+                                    std::pair{"info", spdlog::level::info}}) {
+    ASSERT_TRUE(ctl("log-level", {name}, &r, &err)) << err;
+    EXPECT_EQ(spdlog::get_level(), level) << name;
+    ASSERT_TRUE(ctl("log-level", {}, &r, &err)) << err;
+    EXPECT_EQ(r, Json({{"log_level", name}}));
+  }
+  for (const char* bad : {"verbose", "warning", "INFO", ""}) {
+    EXPECT_FALSE(ctl("log-level", {bad}, &r, &err)) << bad;
+    EXPECT_EQ(err, "usage: log-level [LEVEL] (trace, debug, info, warn, error, off)");
+    EXPECT_EQ(spdlog::get_level(), spdlog::level::info);
+  }
+  EXPECT_FALSE(ctl("log-level", {"info", "debug"}, &r, &err));
+  EXPECT_EQ(err, "usage: log-level [LEVEL] (trace, debug, info, warn, error, off)");
+  spdlog::set_level(saved);
+}
+
+// `ctl stats` has every port's rates (0 with no traffic) and the switch's sampling
+// interval, measured between the tick's samples (about 1 s).
+TEST_F(RunningSwitch, StatsHaveRatesAndTheirInterval) {
+  Json r;
+  std::string err;
+  for (int i = 0; i < 60; ++i) {  // two ticks: the first interval
+    ASSERT_TRUE(ctl("stats", {}, &r, &err)) << err;
+    if (r["rates"]["interval_ns"].get<uint64_t>() > 0) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  const uint64_t ns = r["rates"]["interval_ns"];
+  EXPECT_GT(ns, 500'000'000u);
+  EXPECT_LT(ns, 3'000'000'000u);
+  EXPECT_GT(r["rates"]["sampled_ns"].get<uint64_t>(), 0u);
+  for (const Json& p : r["ports"]) {
+    for (const char* k : {"rx_pps", "tx_pps", "rx_bps", "tx_bps"}) EXPECT_EQ(p[k], 0.0) << k;
+    EXPECT_EQ(p["rate_counters"],
+              Json({{"rx_packets", 0}, {"rx_bytes", 0}, {"tx_packets", 0}, {"tx_bytes", 0}}));
+  }
 }
 
 }  // namespace
