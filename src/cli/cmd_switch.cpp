@@ -4,6 +4,8 @@
 #include "app/switch.h"
 #include "cli/commands.h"
 #include "util/cpuset.h"
+#include "util/log_sinks.h"
+#include "util/service_notify.h"
 #include "wire/dpdk_eal.h"
 
 namespace vl::cli {
@@ -42,6 +44,9 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
                 "output batching: POLICY for every port, or PORT:POLICY for one (repeat); "
                 "POLICY is immediate, rx-batch (default), interval=US or budget=US");
   s->add_option("--control", a.control, "control socket (default /run/virtlink/virtlink.ctl)");
+  s->add_option("--log-file", a.log_file,
+                "append the log to FILE too (created if absent, never truncated; TOML "
+                "log_file); under systemd the log also goes to the journal, else to stderr");
   s->add_option("--mac-aging", a.mac_aging_s, "MAC table aging in seconds (300)");
   s->add_option("--burst", a.burst, "packets taken from a queue per poll (32, at most 64)");
   s->add_option("--offloads", a.offloads,
@@ -218,6 +223,22 @@ bool apply_socket_options(const SwitchArgs& a, app::SwitchConfig* cfg) {
   return true;
 }
 
+/// --log-file (the command line wins over TOML log_file): the log goes there too from here
+/// on. Under systemd (NOTIFY_SOCKET), a watchdog interval the 1 s control tick cannot ping
+/// at half of (below 2 s) is warned about: the switch would be killed while healthy.
+bool open_log_file(const SwitchArgs& a, app::SwitchConfig* cfg) {
+  if (!a.log_file.empty()) cfg->log_file = a.log_file;
+  std::string err;
+  if (!cfg->log_file.empty() && !add_log_file(cfg->log_file, &err)) {
+    spdlog::error("{}", err);
+    return false;
+  }
+  if (const uint64_t w = service::watchdog_interval_us(); w > 0 && w < 2000000)
+    spdlog::warn("WATCHDOG_USEC={}: the switch pings once a second (its control tick); "
+                 "WatchdogSec= below 2 s may kill it while healthy", w);
+  return true;
+}
+
 }  // namespace
 
 int run_switch(const SwitchArgs& a) {
@@ -225,7 +246,7 @@ int run_switch(const SwitchArgs& a) {
   if (!load_config_and_ports(a, &cfg)) return 2;
   apply_port_options(a, &cfg);
   if (!apply_pmd_options(a, &cfg) || !apply_switch_options(a, &cfg) ||
-      !apply_socket_options(a, &cfg))
+      !apply_socket_options(a, &cfg) || !open_log_file(a, &cfg))
     return 2;
   app::apply_port_defaults(&cfg);
   if (cfg.burst > dp::kMaxBurst) {

@@ -18,6 +18,7 @@ struct SwitchArgs {
   std::string pmd_mode;
   std::vector<std::string> flush;  ///< POLICY (every port) or PORT:POLICY
   std::string control;
+  std::string log_file;  ///< --log-file FILE: the log appended there too
   uint32_t pmd_idle_us = 0;
   uint32_t mac_aging_s = 0;
   uint32_t burst = 0;
