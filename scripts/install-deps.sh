@@ -29,6 +29,9 @@ PKGS=(
   openvswitch-switch-dpdk
   # reports; instructions per frame (bench/instructions.py: this VM has no hardware counters)
   gnuplot-nox python3 valgrind
+  # running as a service: sd_notify and the journal (src/util/service_notify.cpp,
+  # src/util/log_sinks.cpp)
+  libsystemd-dev
 )
 
 missing=()

@@ -533,6 +533,10 @@ constexpr RootKey kRootKeys[] = {
      [](const toml::node& v, SwitchConfig* c, std::string* e) {
        return get_str(v, "control_group", &c->control_group, e);
      }},
+    {"log_file",
+     [](const toml::node& v, SwitchConfig* c, std::string* e) {
+       return get_str(v, "log_file", &c->log_file, e);
+     }},
     {"mac_aging_s",
      [](const toml::node& v, SwitchConfig* c, std::string* e) {
        return get_int<uint32_t>(v, "mac_aging_s", 1, 1000000, &c->mac_aging_s, e);

@@ -33,6 +33,7 @@ struct SwitchConfig {
   uint32_t control_mode = 0600;
   std::string control_owner;
   std::string control_group;
+  std::string log_file;        ///< TOML log_file: the log appended there too (empty: none)
   uint32_t mac_aging_s = 300;
   uint32_t burst = 32;
   uint32_t fdb_buckets = 1u << 16;
@@ -83,7 +84,7 @@ std::optional<dp::ForwardMode> parse_forward(const std::string& s);
 std::optional<dp::PmdMode> parse_pmd_mode(const std::string& s);
 
 /// Reads a TOML file into `cfg` (keys: forward, pmd_cores, pmd_mode, pmd_idle_us, pmd_rxq_assign,
-/// pmd_rx_writers, flush, control, control_mode, control_owner, control_group, mac_aging_s, mac_table_buckets, mac_limit, burst, socket_mode, socket_owner,
+/// pmd_rx_writers, flush, control, control_mode, control_owner, control_group, log_file, mac_aging_s, mac_table_buckets, mac_limit, burst, socket_mode, socket_owner,
 /// socket_group, max_guest_memory_gib, max_total_guest_memory_gib, tx_retry_us, completion_coalesce_us, [[port]] tables with name, type, path,
 /// mtu, socket_mode, socket_owner, socket_group, max_guest_memory_gib, mrg_rxbuf, flush,
 /// max_queues, offloads, tx_retry_us, completion_coalesce_us, and [[link]] tables with a, b). Returns false with `*err` on any unknown or

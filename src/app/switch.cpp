@@ -13,6 +13,7 @@
 #include "control/command_table.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/service_notify.h"
 #include "virtlink_version.h"
 #include "wire/arp.h"
 
@@ -63,10 +64,12 @@ bool Switch::setup(std::string* err) {
   if (!add_ctl_commands(*this, &ctl_, err)) return false;
   if (!start_datapath(err)) return false;
   save_state();  // what the start made of the config and the state file
-  spdlog::info("virtlink {} switch: {} port(s), forward {}, {} PMD thread(s) in {} mode, control {}",
-               VIRTLINK_VERSION, ports_.size(),
-               cfg_.forward == dp::ForwardMode::kBridge ? "bridge" : "xconnect",
-               pmds_->threads().size(), dp::pmd_mode_name(cfg_.pmd.mode), ctl_path);
+  const std::string summary = fmt::format(
+      "{} port(s), forward {}, {} PMD thread(s) in {} mode, control {}", ports_.size(),
+      cfg_.forward == dp::ForwardMode::kBridge ? "bridge" : "xconnect", pmds_->threads().size(),
+      dp::pmd_mode_name(cfg_.pmd.mode), ctl_path);
+  spdlog::info("virtlink {} switch: {}", VIRTLINK_VERSION, summary);
+  service::notify_ready(summary);  // systemd (Type=notify): the control socket listens
   return true;
 }
 
@@ -209,6 +212,9 @@ void Switch::on_tick() {
   links_.on_tick();
   sample_rates();
   ctl_.expire();  // control clients past their request budget
+  // systemd's watchdog (WatchdogSec=): pinged from this loop only, so a control thread that
+  // hangs stops the pings and systemd restarts the switch.
+  service::notify_watchdog();
   static uint32_t last_age = 0;
   if (now - last_age >= 5) {
     last_age = now;
@@ -262,6 +268,7 @@ int Switch::run() {
     }
     if (!ctl_turn && ctl_.busy()) ctl_.on_ready();
   }
+  service::notify_stopping();
   teardown();
   return 0;
 }

@@ -4,6 +4,8 @@
 #include "app/switch.h"
 #include "cli/commands.h"
 #include "util/cpuset.h"
+#include "util/log_sinks.h"
+#include "util/service_notify.h"
 #include "wire/dpdk_eal.h"
 
 namespace vl::cli {
@@ -21,6 +23,19 @@ void add_control_options(CLI::App* s, SwitchArgs& a) {
 }
 }  // namespace
 
+namespace {
+/// --db and --log-file: what the switch keeps on disk.
+void add_state_options(CLI::App* s, SwitchArgs& a) {
+  s->add_option("--db", a.db,
+                "state file: ports, settings, external ids and links changed at run time are "
+                "written to FILE (atomically) and restored at the next start (README \"Ports "
+                "at run time\"); default: none");
+  s->add_option("--log-file", a.log_file,
+                "append the log to FILE too (created if absent, never truncated; TOML "
+                "log_file); under systemd the log also goes to the journal, else to stderr");
+}
+}  // namespace
+
 void add_switch_command(CLI::App& app, SwitchArgs& a) {
   CLI::App* s = app.add_subcommand("switch", "Run the vhost-user switch daemon");
   // The switch's options hold 0 for "not given" (the TOML file or the built-in default
@@ -35,10 +50,6 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
                 "NAME=dpdk:DEVARGS (a DPDK ethdev: PCI address or vdev), or a tunnel: "
                 "NAME=vxlan:uplink=PORT,local=IP,vni=N,remote=IP[+IP...] (optional "
                 "dst_port=N, gateway_mac=MAC, mac=MAC); repeat for more ports");
-  s->add_option("--db", a.db,
-                "state file: ports, settings, external ids and links changed at run time are "
-                "written to FILE (atomically) and restored at the next start (README \"Ports "
-                "at run time\"); default: none");
   s->add_option("--port-set", a.port_sets,
                 "NAME:KEY=VALUE, one of a port's settings (repeat): vlan=N (an access port of "
                 "VLAN N, untagged), trunks=LIST (a trunk of the VLANs in LIST, e.g. 10,20-30, "
@@ -61,6 +72,7 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
                 "output batching: POLICY for every port, or PORT:POLICY for one (repeat); "
                 "POLICY is immediate, rx-batch (default), interval=US or budget=US");
   add_control_options(s, a);
+  add_state_options(s, a);
   s->add_option("--mac-aging", a.mac_aging_s, "MAC table aging in seconds (300)");
   s->add_option("--burst", a.burst, "packets taken from a queue per poll (32, at most 64)");
   s->add_option("--offloads", a.offloads,
@@ -256,6 +268,22 @@ bool apply_socket_options(const SwitchArgs& a, app::SwitchConfig* cfg) {
   return true;
 }
 
+/// --log-file (the command line wins over TOML log_file): the log goes there too from here
+/// on. Under systemd (NOTIFY_SOCKET), a watchdog interval the 1 s control tick cannot ping
+/// at half of (below 2 s) is warned about: the switch would be killed while healthy.
+bool open_log_file(const SwitchArgs& a, app::SwitchConfig* cfg) {
+  if (!a.log_file.empty()) cfg->log_file = a.log_file;
+  std::string err;
+  if (!cfg->log_file.empty() && !add_log_file(cfg->log_file, &err)) {
+    spdlog::error("{}", err);
+    return false;
+  }
+  if (const uint64_t w = service::watchdog_interval_us(); w > 0 && w < 2000000)
+    spdlog::warn("WATCHDOG_USEC={}: the switch pings once a second (its control tick); "
+                 "WatchdogSec= below 2 s may kill it while healthy", w);
+  return true;
+}
+
 /// The configuration the command line and its --config file give (each error logged).
 bool build_config(const SwitchArgs& a, app::SwitchConfig* out) {
   app::SwitchConfig cfg;
@@ -284,7 +312,7 @@ bool build_config(const SwitchArgs& a, app::SwitchConfig* out) {
 
 int run_switch(const SwitchArgs& a) {
   app::SwitchConfig cfg;
-  if (!build_config(a, &cfg)) return 2;
+  if (!build_config(a, &cfg) || !open_log_file(a, &cfg)) return 2;  // (a reload keeps the file)
   app::Switch sw(std::move(cfg));
   // SIGHUP reads the same command line and --config file again (app/switch.h reload).
   sw.set_reloader([a](app::SwitchConfig* c, std::string* err) {

@@ -23,6 +23,7 @@ struct SwitchArgs {
   std::string control_mode;   ///< octal; empty: the TOML file's or 0600
   std::string control_owner;
   std::string control_group;
+  std::string log_file;  ///< --log-file FILE: the log appended there too
   uint32_t pmd_idle_us = 0;
   uint32_t mac_aging_s = 0;
   uint32_t burst = 0;

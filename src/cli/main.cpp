@@ -3,11 +3,11 @@
 //   ctl     talk to a running switch over its control socket
 //   bench   benchmarks (bench/README.md)
 #include <CLI/CLI.hpp>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
 #include "util/log.h"
+#include "util/log_sinks.h"
 #include "virtlink_version.h"
 
 #ifndef __has_feature
@@ -22,9 +22,7 @@ extern "C" const char* __lsan_default_suppressions() { return "leak:xsk_umem__cr
 #endif
 
 int main(int argc, char** argv) {
-  auto logger = spdlog::stderr_color_mt("virtlink");
-  spdlog::set_default_logger(logger);
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  vl::init_logging();  // stderr, or the journal under systemd (util/log_sinks.h)
 
   CLI::App app{"virtlink: a userspace virtio networking data plane (vhost-user switch)"};
   // Every option's --help line shows its default value (subcommands inherit this).
