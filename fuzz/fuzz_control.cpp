@@ -149,11 +149,16 @@ struct Reply {
 
 /// Checks the reply's framing and shape: exactly ok+result or ok+error, except that an ok
 /// `fdb` reply also carries total, shown and truncated (shown = the list's length,
-/// truncated = shown < total).
+/// truncated = shown < total); and every reply "switch": {control, pid}, this process's.
 Reply parse_reply(const std::string& text) {
   if (text.empty() || text.back() != '\n' || text.find('\n') != text.size() - 1)
     die("the reply is not one line", text);
-  const Json r = Json::parse(text.substr(0, text.size() - 1), nullptr, false);
+  Json r = Json::parse(text.substr(0, text.size() - 1), nullptr, false);
+  if (r.is_object()) {
+    const Json who = {{"control", h->server.path()}, {"pid", getpid()}};
+    if (!r.contains("switch") || r["switch"] != who) die("the reply does not name the switch", text);
+    r.erase("switch");
+  }
   const bool fdb_shape = r.is_object() && r.size() == 5 && r.contains("total") &&
                          r.contains("shown") && r.contains("truncated");
   if (r.is_discarded() || !r.is_object() || (r.size() != 2 && !fdb_shape) || !r.contains("ok") ||
@@ -210,6 +215,43 @@ void check_pmd_rxq(const Reply& r) {
       !r.result["pmds"].is_array() || r.result["pmds"].size() != 1 ||
       !r.result.contains("reassignments"))
     die("pmd-rxq-show: not {assign, reassignments, pmds: [one thread]}", r.text);
+}
+
+/// The harness's log level (off unless VL_FUZZ_VERBOSE), put back after a log-level.
+spdlog::level::level_enum g_log_level = spdlog::level::info;
+
+/// `show`: this process, one PMD thread, the three ports with the model's flush policies,
+/// and the model's links.
+void check_show(const Reply& r, const Model& m) {
+  if (!r.ok || !r.result.is_object() || !r.result.contains("switch") || !r.result.contains("ports") ||
+      !r.result.contains("links"))
+    die("show: not {switch, ports, links}", r.text);
+  const Json& s = r.result["switch"];
+  if (s.value("pid", -1) != getpid() || s.value("control", "") != h->server.path() ||
+      s.value("version", "") != VIRTLINK_VERSION || !s.contains("pmds") || s["pmds"].size() != 1)
+    die("show: not this switch", r.text);
+  const Json& p = r.result["ports"];
+  if (!p.is_array() || p.size() != kNumPorts) die("show: not three ports", r.text);
+  for (size_t i = 0; i < kNumPorts; ++i)
+    if (p[i].value("name", "") != kPorts[i] || p[i].value("flush", "") != m.flush[i])
+      die("show: a port's name or flush policy is not the model's", r.text);
+  if (!r.result["links"].is_array() || r.result["links"].size() != m.links.size())
+    die("show: not the links made", r.text);
+}
+
+/// `log-level [LEVEL]`: one of the six names sets it (and says the one before), none says
+/// it, any other word is a usage error. The level is put back (the harness's own).
+void check_log_level(const std::vector<std::string>& argv, const Reply& r) {
+  static const std::vector<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "off"};
+  if (argv.empty()) {
+    if (!r.ok || !r.result.contains("log_level") || !r.result["log_level"].is_string())
+      die("log-level: not the level", r.text);
+  } else if (std::find(kLevels.begin(), kLevels.end(), argv[0]) == kLevels.end()) {
+    expect_error(r, "usage: log-level", "a log level not of the six");
+  } else if (!r.ok || r.result.value("log_level", "") != argv[0] || !r.result.contains("previous")) {
+    die("log-level: wrong reply", r.text);
+  }
+  spdlog::set_level(g_log_level);
 }
 
 /// Checks the reply to a well-formed request of `cmd` with `argv` against the model, and
@@ -287,6 +329,10 @@ void check_command(const std::string& cmd, const std::vector<std::string>& argv,
         die("unlink: wrong reply", r.text);
       m->links.erase(m->links.begin() + static_cast<long>(i));
     }
+  } else if (cmd == "show") {
+    check_show(r, *m);
+  } else if (cmd == "log-level") {
+    check_log_level(argv, r);
   } else {
     die("a command of the table this harness does not know: " + cmd, r.text);
   }
@@ -374,6 +420,7 @@ void remove_stale_dirs() {
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   if (!getenv("VL_FUZZ_VERBOSE")) spdlog::set_level(spdlog::level::off);
+  g_log_level = spdlog::get_level();
   h = new Harness;
   remove_stale_dirs();
   h->dir = std::string("/tmp/") + kDirPrefix + std::to_string(getpid());

@@ -354,6 +354,11 @@ def control_seeds():
                    req("unlink", "a", "b"), req("unlink", "a", "b"), req("link", "c", "a"),
                    req("links"), req("unlink", "c"), req("unlink", "zz", "a")],
         "version": [req("version"), req("version", "x")],
+        "show": [req("show"), req("set-flush", "b", "immediate"), req("link", "a", "b"),
+                 req("show"), req("show", "x")],
+        "log_level": [req("log-level"), req("log-level", "debug"), req("log-level", "off"),
+                      req("log-level", "warning"), req("log-level", "info", "x"),
+                      req("log-level", "")],
     }
     for name, lines in seeds.items():
         write("fuzz_control", name, b"".join(lines))

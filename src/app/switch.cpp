@@ -352,7 +352,13 @@ void Switch::set_flush(uint32_t port, dp::FlushPolicy p) {
 
 control::Json Switch::ports_info() const { return ports_json(view()); }
 
-control::Json Switch::show() const { return show_json(view(), ctl_.path()); }
+control::Json Switch::show() const {
+  // (A prepared switch served by the caller's own server, prepare(): the configured path.)
+  const std::string& cfg_path = cfg_.control_path;
+  return show_json(view(), !ctl_.path().empty() ? ctl_.path()
+                           : cfg_path.empty()   ? control::default_control_path()
+                                                : cfg_path);
+}
 
 void Switch::sample_rates() {
   std::vector<PortRates::Totals> t(ports_.size());

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Hostile-peer scenarios: the control socket against a large MAC table and a client that
-does not read (docs/reference/hostile-inputs.md item 23). Ctest entry `hostile_control`
+"""Hostile-peer scenarios: the control socket against a large MAC table, a client that
+does not read, and clients holding a half request or reading slowly while a front-end comes
+up (docs/reference/hostile-inputs.md item 23). Ctest entry `hostile_control`
 (labels hostile, and asan in a sanitizer build); the harness is tests/hostile/harness.py,
 the front-end vltestlib.vhost_peer, the scenario list tests/hostile/README.md.
 
@@ -60,9 +61,10 @@ def raw_ctl(path, cmd, argv=None, read=True, timeout=30.0):
 # Scenarios: `ctl fdb` of hundreds of thousands of MACs, and a client that never reads.
 # =========================================================================================
 
-@vltest.ctest("hostile_control", timeout=90, asan=True)
+@vltest.ctest("hostile_control", timeout=150, asan=True)
 class Control(HostileCase):
-    PORTS = ("a", "b", "c")
+    # d: a DPDK testpmd virtio-user front-end connects there while control clients hold on.
+    PORTS = ("a", "b", "c", "d")
     # 2^18 buckets of 8 for N_LISTING MACs: a bucket seldom overflows (the keyed hash is
     # random), and then a MAC or two are not learned: counts are asserted within 0.1%.
     SWITCH_ARGS = ("--mac-limit", "400000", "--mac-table-buckets", "262144")
@@ -176,6 +178,80 @@ class Control(HostileCase):
             self.assertLess(got, 2 << 20)
         finally:
             slow.close()
+
+    def test_03_held_request_and_slow_reader_hold_no_client_nor_frontend(self):
+        """Item 23 with two clients holding on at once: one sent half a request line and
+        waits, one reads a `ctl fdb all` of 50,000 MACs slowly (64 KiB every 50 ms, well
+        inside the 2 s drain deadline). Meanwhile `ctl version` and a vhost-user round trip
+        each take less than BOUND_S, a DPDK virtio-user front-end connecting to port d comes
+        up (connected, vrings ready), the slow reader gets its whole listing, and the half
+        request is dropped at its budget (control.dropped_idle), both by the switch's own
+        counters."""
+        self.fill(50000)
+        path = self.h.tb.ctl_path
+        before = raw_ctl(path, "stats")["result"]["control"]
+        half = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        half.connect(path)
+        half.sendall(b'{"cmd": "sta')  # no end of line: the request is never complete
+        slow = raw_ctl(path, "fdb", ["all"], read=False)
+        got = {"bytes": bytearray(), "done": False}
+
+        def read_slowly():
+            try:
+                while True:
+                    c = slow.recv(64 << 10)
+                    if not c:
+                        break
+                    got["bytes"] += c
+                    if c.endswith(b"\n"):
+                        break
+                    time.sleep(0.05)
+            finally:
+                got["done"] = True
+        reader = threading.Thread(target=read_slowly)
+        reader.start()
+        pmd = None
+        try:
+            t0 = time.monotonic()
+            pmd = self.h.tb.start_testpmd("d", vdevs=[self.h.tb.virtio_user("d")], fwd="rxonly")
+            worst_ctl, worst_vhost, rounds = self.worst_concurrent(1.0)
+            self.h.tb.wait_connected(["d"], timeout=30)
+            up_s = time.monotonic() - t0
+            holding = not got["done"]
+            worst2 = self.worst_concurrent(0.5)
+            worst_ctl, worst_vhost = max(worst_ctl, worst2[0]), max(worst_vhost, worst2[1])
+            vltest.log("beside a half request and a slow reader: %d rounds, ctl version at worst "
+                       "%.1f ms, GET_FEATURES at worst %.1f ms; testpmd on d up in %.1f s "
+                       "(the reader still reading then: %s)" % (
+                           rounds + worst2[2], 1e3 * worst_ctl, 1e3 * worst_vhost, up_s, holding))
+            self.assertTrue(holding, "the slow reader finished before the front-end came up: "
+                                     "the test did not test the overlap")
+            self.assertLess(worst_ctl, BOUND_S)
+            self.assertLess(worst_vhost, BOUND_S)
+            reader.join(60)
+            rep = json.loads(bytes(got["bytes"]))
+            self.assertEqual((rep["shown"], rep["truncated"]), (rep["total"], False))
+            self.assertEqual(len(rep["result"]), rep["total"])
+            self.assertGreaterEqual(rep["total"], 50000 * 0.999)
+            self.assertEqual(rep["switch"], {"control": path, "pid": self.h.pid})
+            # The half request is dropped at its budget (3 s from connecting), counted.
+            deadline = time.monotonic() + 10
+            while True:
+                after = raw_ctl(path, "stats")["result"]["control"]
+                if after["dropped_idle"] > before["dropped_idle"] or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            self.assertEqual(after["dropped_idle"], before["dropped_idle"] + 1, after)
+            self.assertEqual(after["dropped_slow"], before["dropped_slow"], after)
+            self.assertGreaterEqual(after["streamed"], before["streamed"] + 1, after)
+            half.settimeout(2)
+            self.assertEqual(half.recv(100), b"")  # closed without a reply
+        finally:
+            half.close()
+            slow.close()
+            reader.join(10)
+            if pmd is not None:
+                self.h.tb.stop_testpmd(pmd)
 
 
 if __name__ == "__main__":

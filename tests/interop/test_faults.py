@@ -160,15 +160,23 @@ class Faults(unittest.TestCase):
             self.assertTrue(stat.S_ISSOCK(s.st_mode))
             self.assertEqual(stat.S_IMODE(s.st_mode), 0o600)
             self.assertEqual((s.st_uid, s.st_gid), (os.geteuid(), os.getegid()))
+            c = os.stat(tb.ctl_path)  # the control socket: 0600 and ours too
+            self.assertEqual((stat.S_IMODE(c.st_mode), c.st_uid, c.st_gid),
+                             (0o600, os.geteuid(), os.getegid()))
         with vltest.Testbed(self) as tb:
-            cfg = ('socket_group = "nogroup"\n'
+            cfg = ('socket_group = "nogroup"\ncontrol_mode = 0o640\ncontrol_group = "nogroup"\n'
                    '[[port]]\nname = "b"\npath = "%s"\nsocket_mode = 0o640\nsocket_group = "root"\n'
                    % tb.sock("b"))
             tb.start_switch(ports=["a"], forward="bridge", config=cfg,
-                            extra=["--socket-mode", "0660", "--socket-owner", "nobody"])
+                            extra=["--socket-mode", "0660", "--socket-owner", "nobody",
+                                   "--control-mode", "0660", "--control-owner", "nobody"])
             a, b = os.stat(tb.sock("a")), os.stat(tb.sock("b"))
             self.assertEqual((stat.S_IMODE(a.st_mode), a.st_uid, a.st_gid), (0o660, nobody, nogroup))
             self.assertEqual((stat.S_IMODE(b.st_mode), b.st_uid, b.st_gid), (0o640, nobody, 0))
+            # The control socket: its mode from the command line (winning over the file's),
+            # its group from the file, its owner from the command line.
+            c = os.stat(tb.ctl_path)
+            self.assertEqual((stat.S_IMODE(c.st_mode), c.st_uid, c.st_gid), (0o660, nobody, nogroup))
             self.assertEqual(tb.ports_info()["a"]["state"], "waiting")
         with vltest.Testbed(self) as tb:
             r = subprocess.run([vltest.VIRTLINK, "switch", "--port", "a=vhost-user:" + tb.sock("a"),
@@ -205,8 +213,12 @@ class Faults(unittest.TestCase):
         """Every command-line usage error exits 2 with a message on stderr, whether CLI11 finds
         it (unknown option, a value outside its set or range, a missing value or subcommand:
         CLI11's own codes were 105 and others) or the command does (a value it checks itself,
-        xconnect leaving a port without a peer, from --port or from the TOML file); nothing is
-        started. --help and --version exit 0."""
+        xconnect leaving a port without a peer, from --port or from the TOML file; an
+        unknown socket owner or group and a socket directory that does not exist, which
+        exited 1; an empty --pmd-cores, which started one unpinned thread, and one naming
+        a CPU twice; a ctl command missing an argument, exit 1 when no switch ran); nothing
+        is started and no directory made. A TOML error names FILE:LINE: port NAME. --help
+        and --version exit 0."""
         with vltest.Testbed(self) as tb:
             def run(*args):
                 return subprocess.run([vltest.VIRTLINK] + list(args), stdout=subprocess.PIPE,
@@ -218,6 +230,10 @@ class Faults(unittest.TestCase):
                 f.write('forward = "xconnect"\n')
                 for n in ("b", "c", "d"):
                     f.write('[[port]]\nname = "%s"\npath = "%s"\n' % (n, tb.sock(n)))
+            bad_toml = os.path.join(tb.dir, "bad.toml")
+            with open(bad_toml, "w") as f:
+                f.write('[[port]]\nname = "vm1"\npath = "%s"\nmtu = 12\n' % tb.sock("b"))
+            nodir = os.path.join(tb.dir, "nodir")
             cases = [
                 (["switch", "--no-such-option"] + port_a, "--no-such-option"),
                 (["switch", "--forward", "hub"] + port_a, "hub"),
@@ -231,6 +247,30 @@ class Faults(unittest.TestCase):
                 (["switch", "--config", cfg, "--control", tb.ctl_path], "port 'd' has no peer"),
                 (["gen", "--port", "g0=vhost-user-client:" + tb.sock("a"), "--duration", "1"],
                  "even number of --port"),
+                (["switch", "--socket-owner", "no-such-user-vl"] + port_a,
+                 "port a: unknown socket owner 'no-such-user-vl'"),
+                (["switch", "--socket-group", "no-such-group-vl"] + port_a, "unknown socket group"),
+                (["switch", "--control-group", "no-such-group-vl"] + port_a,
+                 "control socket: unknown socket group 'no-such-group-vl'"),
+                (["switch", "--control-owner", "no-such-user-vl"] + port_a,
+                 "control socket: unknown socket owner"),
+                (["switch", "--control-mode", "0999"] + port_a, "--control-mode '0999'"),
+                (["switch", "--pmd-cores", ""] + port_a, "an empty CPU list"),
+                (["switch", "--pmd-cores", "1,1"] + port_a, "CPU 1 is given twice"),
+                (["switch", "--pmd-cores", "0-1,1"] + port_a, "CPU 1 is given twice"),
+                (["switch", "--pmd-cores", "0", "--pmd-cores", "1"] + port_a, "--pmd-cores"),
+                (["switch", "--port", "a=vhost-user:" + os.path.join(nodir, "a.sock"),
+                  "--control", tb.ctl_path], "directory %s does not exist" % nodir),
+                (["switch", "--port", "a=vhost-user:" + tb.sock("a"),
+                  "--control", os.path.join(nodir, "ctl")],
+                 "control socket %s/ctl: directory %s does not exist" % (nodir, nodir)),
+                (["switch", "--config", bad_toml, "--control", tb.ctl_path],
+                 "%s:4: port vm1: 'mtu' must be an integer in 68..65535" % bad_toml),
+                (["ctl", "--control", tb.ctl_path, "set-flush"], "usage: set-flush"),
+                (["ctl", "--control", tb.ctl_path, "set-flush", "a"], "usage: set-flush"),
+                (["ctl", "--control", tb.ctl_path, "link", "a"], "usage: link"),
+                (["ctl", "--control", tb.ctl_path, "log-level", "info", "x"], "usage: log-level"),
+                (["ctl", "--control", tb.ctl_path], "command is required"),
             ] + [  # gen's values: a negative duration aborted (bad_alloc), others were accepted
                 (["gen", "--port", "g0=vhost-user-client:" + tb.sock("a"),
                   "--port", "g1=vhost-user-client:" + tb.sock("b")] + extra, msg)
@@ -247,6 +287,7 @@ class Faults(unittest.TestCase):
                 for n in ("a", "b", "c", "d"):
                     self.assertFalse(os.path.exists(tb.sock(n)), argv)
                 self.assertFalse(os.path.exists(tb.ctl_path), argv)
+                self.assertFalse(os.path.exists(nodir), argv)  # (it used to be made and left)
             # A fourth port on the command line completes the TOML file's pairs: the switch
             # starts.
             with open(cfg) as f:
@@ -257,7 +298,8 @@ class Faults(unittest.TestCase):
             r = run("ctl", "--control", tb.ctl_path, "stat")
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn("unknown command 'stat'", r.stderr.decode(), r.stderr)
-            for argv in (["set-flush", "b"], ["fdb", "b", "all", "extra"]):
+            for argv in (["set-flush", "b"], ["fdb", "b", "all", "extra"], ["log-level", "loud"],
+                         ["link"], ["unlink", "b"]):
                 r = run("ctl", "--control", tb.ctl_path, *argv)
                 self.assertEqual(r.returncode, 2, (argv, r.stderr))
                 self.assertIn("usage:", r.stderr.decode(), argv)
