@@ -23,12 +23,20 @@
 //  - for a well-formed request, the outcome a model of the switch predicts: which
 //    arguments each command accepts (port names, "all", flush policies, link pairs) and the
 //    result's shape (version's text, three ports in stats and ports, one PMD thread, the
-//    links the model holds, set-flush's port and policy).
+//    links the model holds, set-flush's port and policy; add-port, del-port and set-port
+//    with --may-exist/--if-exists, names, paths and the slot a new port takes; stats-clear;
+//    reload refused, as this switch has no command line to read again).
+// Ports at run time: the harness writes "$D/" in a request as its own socket directory
+// (/tmp/vl-fuzz-control-PID/p/), which the fuzzer cannot know. An add-port the switch would
+// open as anything but a vhost-user socket in that directory (a tap, AF_XDP or DPDK port,
+// a tunnel, a path elsewhere) is not sent: the harness never creates interfaces, initialises
+// DPDK or binds outside its directory. Everything else is, valid or not.
 // No connection is left pending after a reply. After every input that named a command that
-// changes state (set-flush, link, unlink, pmd-rebalance; valid or not): `stats` answers with
-// each port's flush policy as the model has it, `links` with the model's links; then the
-// input's links are unlinked and the flush policies reset (through the socket), so inputs
-// are independent.
+// changes state (set-flush, link, unlink, pmd-rebalance, add-port, del-port, set-port; valid
+// or not): `stats` answers with each port's flush policy as the model has it, `ports` with
+// the model's names and ids, `links` with the model's links; then the input's links are
+// unlinked, the ports it added, deleted or changed deleted and a, b, c added again in their
+// slots, and the flush policies reset (through the socket), so inputs are independent.
 // Sanitizers: ASan (with leak checks), UBSan.
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -42,12 +50,14 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <spdlog/spdlog.h>
 
+#include "app/config.h"
 #include "app/ctl_commands.h"
 #include "app/switch.h"
 #include "control/command_table.h"
@@ -63,6 +73,7 @@ namespace {
 
 constexpr size_t kMaxRequests = 64;  // request lines per input
 constexpr size_t kMaxInput = 32 << 10;  // bytes of an input used
+constexpr size_t kMaxSubstitutions = 8;  // "$D/" written as the port directory, per line
 constexpr const char* kPorts[] = {"a", "b", "c"};
 constexpr size_t kNumPorts = 3;
 constexpr size_t kMaxDepth = 16;  // control_server.cpp: deeper requests are refused
@@ -79,26 +90,54 @@ std::string g_request;  // the request being checked, for die()
 
 struct Harness {
   std::string dir;
+  std::string port_dir;  // dir + "/p/": what "$D/" in a request stands for
   std::unique_ptr<app::Switch> sw;
   control::ControlServer server;
   sockaddr_un addr{};
 };
 Harness* h = nullptr;
 
+/// The socket path the harness gives config port `name` (a, b, c).
+std::string own_path(const std::string& name) { return h->dir + "/" + name + ".sock"; }
+
+/// One port as the model has it: in the slot (port id) of its index in Model::slots.
+struct Slot {
+  std::string name;
+  std::string type;  // as add-port names it: vhost-user or vhost-user-client
+  std::string path;
+  std::string flush;
+  bool pristine = true;  // one of a, b, c as the harness made it
+};
+
 /// What the switch should hold: the model the replies are checked against.
 struct Model {
-  std::string flush[kNumPorts];
+  std::vector<std::optional<Slot>> slots;
+  std::string flush_all = kDefaultFlush;  // a vacant slot's policy (set-flush all sets it)
   std::vector<std::pair<std::string, std::string>> links;  // in the order linked
   bool touched = false;  // a request named a command that changes state (set-flush, ...)
-  Model() {
-    for (std::string& f : flush) f = kDefaultFlush;
+  Model();
+  /// The port id of `name`, or -1.
+  int find(const std::string& name) const {
+    for (size_t i = 0; i < slots.size(); ++i)
+      if (slots[i] && slots[i]->name == name) return static_cast<int>(i);
+    return -1;
+  }
+  std::vector<const Slot*> live() const {
+    std::vector<const Slot*> out;
+    for (const auto& s : slots)
+      if (s) out.push_back(&*s);
+    return out;
+  }
+  /// The slot a new port takes: the first vacant one.
+  size_t first_free() const {
+    size_t i = 0;
+    while (i < slots.size() && slots[i]) ++i;
+    return i;
   }
 };
 
-int port_of(const std::string& name) {
-  for (size_t i = 0; i < kNumPorts; ++i)
-    if (name == kPorts[i]) return static_cast<int>(i);
-  return -1;
+Model::Model() {
+  for (const char* n : kPorts) slots.push_back(Slot{n, "vhost-user", own_path(n), kDefaultFlush, true});
 }
 
 /// Sends `bytes` on a new connection (then shuts its write side) and serves it; returns the
@@ -190,14 +229,34 @@ void expect_error(const Reply& r, const char* prefix, const char* why) {
   if (!starts(r.error, prefix)) die(std::string(why) + ": the error does not start with '" + prefix + "'", r.text);
 }
 
+/// A listing's ports (stats, show): the model's, in slot order, with their flush policies.
+void check_port_list(const Json& p, const Model& m, const char* what, const Reply& r) {
+  const auto live = m.live();
+  if (!p.is_array() || p.size() != live.size()) die(std::string(what) + ": not the model's ports", r.text);
+  for (size_t i = 0; i < live.size(); ++i) {
+    if (p[i].value("name", "") != live[i]->name) die(std::string(what) + ": port names or order changed", r.text);
+    if (p[i].value("flush", "") != live[i]->flush)
+      die(std::string(what) + ": a flush policy is not the one set", r.text);
+  }
+}
+
 void check_stats(const Reply& r, const Model& m) {
   if (!r.ok) die("stats failed", r.text);
-  const Json& p = r.result.contains("ports") ? r.result["ports"] : Json();
-  if (!p.is_array() || p.size() != kNumPorts) die("stats: not three ports", r.text);
-  for (size_t i = 0; i < kNumPorts; ++i) {
-    if (p[i].value("name", "") != kPorts[i]) die("stats: port names or order changed", r.text);
-    if (p[i].value("flush", "") != m.flush[i]) die("stats: a flush policy is not the one set", r.text);
+  check_port_list(r.result.contains("ports") ? r.result["ports"] : Json(), m, "stats", r);
+}
+
+/// `ports`: the model's names, each with the id of its slot.
+void check_ports(const Reply& r, const Model& m) {
+  if (!r.ok || !r.result.is_array()) die("ports: not a list", r.text);
+  size_t k = 0;
+  for (size_t i = 0; i < m.slots.size(); ++i) {
+    if (!m.slots[i]) continue;
+    if (k >= r.result.size() || r.result[k].value("name", "") != m.slots[i]->name ||
+        r.result[k].value("id", -1) != static_cast<int>(i))
+      die("ports: names or ids are not the model's", r.text);
+    ++k;
   }
+  if (k != r.result.size()) die("ports: more ports than the model's", r.text);
 }
 
 void check_links(const Reply& r, const Model& m) {
@@ -230,11 +289,7 @@ void check_show(const Reply& r, const Model& m) {
   if (s.value("pid", -1) != getpid() || s.value("control", "") != h->server.path() ||
       s.value("version", "") != VIRTLINK_VERSION || !s.contains("pmds") || s["pmds"].size() != 1)
     die("show: not this switch", r.text);
-  const Json& p = r.result["ports"];
-  if (!p.is_array() || p.size() != kNumPorts) die("show: not three ports", r.text);
-  for (size_t i = 0; i < kNumPorts; ++i)
-    if (p[i].value("name", "") != kPorts[i] || p[i].value("flush", "") != m.flush[i])
-      die("show: a port's name or flush policy is not the model's", r.text);
+  check_port_list(r.result["ports"], m, "show", r);
   if (!r.result["links"].is_array() || r.result["links"].size() != m.links.size())
     die("show: not the links made", r.text);
 }
@@ -254,6 +309,118 @@ void check_log_level(const std::vector<std::string>& argv, const Reply& r) {
   spdlog::set_level(g_log_level);
 }
 
+/// Takes every `flag` out of `words` (as ctl_commands.cpp's take_flag does, anywhere);
+/// whether there was one.
+bool take_flag(std::vector<std::string>* words, const char* flag) {
+  return std::erase(*words, std::string(flag)) != 0;
+}
+
+/// The flush policy the settings `kv[from...]` give a port: the last flush= (by its
+/// canonical name; "default" is the switch-wide one), or nullopt. Only for settings the
+/// switch accepted, so the policy parses.
+std::optional<std::string> flush_setting(const std::vector<std::string>& kv, size_t from,
+                                         const Model& m, const Reply& r) {
+  std::optional<std::string> f;
+  for (size_t i = from; i < kv.size(); ++i)
+    if (starts(kv[i], "flush=")) f = kv[i].substr(6);
+  if (!f || *f == "default") return f ? std::optional<std::string>(m.flush_all) : f;
+  std::string err;
+  const auto p = dp::parse_flush_policy(*f, &err);
+  if (!p) die("accepted a port setting of a bad flush policy", r.text);
+  return dp::flush_policy_name(*p);
+}
+
+/// Whether the harness sends this add-port: not if the switch would open anything but a
+/// vhost-user socket in the harness's directory (see the file's comment).
+bool add_port_sendable(const std::vector<std::string>& argv) {
+  std::vector<std::string> a = argv;
+  take_flag(&a, "--may-exist");
+  if (a.size() < 3) return true;
+  std::string err;
+  const auto pc = app::parse_port_spec(a[0] + "=" + a[1] + ":" + a[2], &err);
+  if (!pc) return true;
+  if (pc->type != port::PortType::kVhostUser || pc->path.find("..") != std::string::npos) return false;
+  for (const char* n : kPorts)
+    if (pc->path == own_path(n)) return true;
+  return starts(pc->path, h->port_dir.c_str());
+}
+
+/// add-port [--may-exist] NAME TYPE ARG [KEY=VALUE ...]: a name that exists is accepted
+/// only with --may-exist and the same type and path (created: false, its id); a path that
+/// is another port's is refused; a new port takes the first vacant slot, with the flush
+/// policy of its settings or the switch-wide one. Refused settings are the switch's call.
+void check_add_port(const std::vector<std::string>& argv, const Reply& r, Model* m) {
+  std::vector<std::string> a = argv;
+  const bool may_exist = take_flag(&a, "--may-exist");
+  if (a.size() < 3) {
+    if (r.ok || r.error != control::usage_error(*control::find_command("add-port")))
+      die("add-port without NAME TYPE ARG: not its usage error", r.text);
+    return;
+  }
+  std::string err;
+  const auto pc = app::parse_port_spec(a[0] + "=" + a[1] + ":" + a[2], &err);
+  if (!pc) return expect_error(r, "usage: ", "an add-port of a bad port spec");
+  const std::string type = port::port_type_name(pc->type, pc->mode);
+  if (const int have = m->find(a[0]); have >= 0) {
+    const Slot& s = *m->slots[static_cast<size_t>(have)];
+    if (!may_exist || s.type != type || s.path != pc->path)
+      return expect_error(r, "usage: port '", "an add-port of a name that exists");
+    if (!r.ok || r.result.value("created", true) || r.result.value("id", -1) != have)
+      die("add-port --may-exist of the port as it is: not {created: false} with its id", r.text);
+    return;
+  }
+  for (const Slot* s : m->live())
+    if (s->path == pc->path) return expect_error(r, "usage: socket path '", "an add-port of a used path");
+  if (!r.ok) return;  // a refused name or setting (usage), or a socket that did not open
+  const size_t slot = m->first_free();
+  if (slot >= port::kMaxPorts) die("add-port beyond the switch's most ports", r.text);
+  if (r.result.value("port", "") != a[0] || !r.result.value("created", false) ||
+      r.result.value("id", -1) != static_cast<int>(slot))
+    die("add-port: not {port, created: true} in the first vacant slot", r.text);
+  if (slot >= m->slots.size()) m->slots.resize(slot + 1);
+  m->slots[slot] = Slot{a[0], type, pc->path, flush_setting(a, 3, *m, r).value_or(m->flush_all), false};
+}
+
+/// del-port [--if-exists] NAME: the port goes with its link; a name that does not exist is
+/// accepted only with --if-exists (deleted: false).
+void check_del_port(const std::vector<std::string>& argv, const Reply& r, Model* m) {
+  std::vector<std::string> a = argv;
+  const bool if_exists = take_flag(&a, "--if-exists");
+  if (a.size() != 1) {
+    if (r.ok || r.error != control::usage_error(*control::find_command("del-port")))
+      die("del-port without one NAME: not its usage error", r.text);
+    return;
+  }
+  const int i = m->find(a[0]);
+  if (i < 0) {
+    if (!if_exists) return expect_error(r, "usage: no port named '", "a del-port of an unknown port");
+    if (!r.ok || r.result != Json({{"port", a[0]}, {"deleted", false}}))
+      die("del-port --if-exists of an unknown port: not {deleted: false}", r.text);
+    return;
+  }
+  if (!r.ok || r.result != Json({{"port", a[0]}, {"deleted", true}})) die("del-port: not {deleted: true}", r.text);
+  m->slots[static_cast<size_t>(i)].reset();
+  std::erase_if(m->links, [&](const auto& l) { return l.first == a[0] || l.second == a[0]; });
+}
+
+/// set-port NAME KEY=VALUE ...: an unknown name is refused; an accepted change sets the
+/// flush policy it names; a port that could not reopen either way is deleted (its error
+/// says so). Which settings are valid is the switch's call.
+void check_set_port(const std::vector<std::string>& argv, const Reply& r, Model* m) {
+  const int i = m->find(argv[0]);
+  if (i < 0) return expect_error(r, "usage: no port named '", "a set-port of an unknown port");
+  auto& s = m->slots[static_cast<size_t>(i)];
+  s->pristine = false;
+  if (!r.ok) {
+    if (r.error.find("it is deleted") != std::string::npos) s.reset();
+    return;
+  }
+  if (r.result.value("port", "") != argv[0] || !r.result.contains("restarted") ||
+      !r.result["restarted"].is_boolean())
+    die("set-port: not {port, restarted}", r.text);
+  if (const auto f = flush_setting(argv, 1, *m, r)) s->flush = *f;
+}
+
 /// Checks the reply to a well-formed request of `cmd` with `argv` against the model, and
 /// updates the model by what the command did.
 void check_command(const std::string& cmd, const std::vector<std::string>& argv, const Reply& r,
@@ -263,16 +430,13 @@ void check_command(const std::string& cmd, const std::vector<std::string>& argv,
   } else if (cmd == "stats") {
     check_stats(r, *m);
   } else if (cmd == "ports") {
-    if (!r.ok || !r.result.is_array() || r.result.size() != kNumPorts) die("ports: not three ports", r.text);
-    for (size_t i = 0; i < kNumPorts; ++i)
-      if (r.result[i].value("name", "") != kPorts[i] || r.result[i].value("id", -1) != static_cast<int>(i))
-        die("ports: names or ids changed", r.text);
+    check_ports(r, *m);
   } else if (cmd == "fdb") {
     int named = 0;
     bool unknown = false;
     for (const std::string& w : argv) {
       if (w == "all") continue;
-      if (port_of(w) < 0) unknown = true;
+      if (m->find(w) < 0) unknown = true;
       ++named;
     }
     if (unknown) expect_error(r, "no port named '", "fdb of an unknown port");
@@ -286,7 +450,7 @@ void check_command(const std::string& cmd, const std::vector<std::string>& argv,
   } else if (cmd == "set-flush") {
     std::string perr;
     const auto p = dp::parse_flush_policy(argv[1], &perr);
-    const int port = port_of(argv[0]);
+    const int port = m->find(argv[0]);
     if (!p) {
       expect_error(r, "flush policy '", "a bad flush policy");
     } else if (argv[0] != "all" && port < 0) {
@@ -295,8 +459,9 @@ void check_command(const std::string& cmd, const std::vector<std::string>& argv,
       const std::string name = dp::flush_policy_name(*p);
       if (!r.ok || r.result != Json({{"port", argv[0]}, {"flush", name}}))
         die("set-flush: wrong reply", r.text);
-      for (size_t i = 0; i < kNumPorts; ++i)
-        if (port < 0 || static_cast<size_t>(port) == i) m->flush[i] = name;
+      for (size_t i = 0; i < m->slots.size(); ++i)
+        if (m->slots[i] && (port < 0 || static_cast<size_t>(port) == i)) m->slots[i]->flush = name;
+      if (port < 0) m->flush_all = name;
     }
   } else if (cmd == "links") {
     check_links(r, *m);
@@ -307,7 +472,7 @@ void check_command(const std::string& cmd, const std::vector<std::string>& argv,
       if (la == a && lb == b) same = true;
       else if (la == a || lb == a || la == b || lb == b) busy = true;
     }
-    if (port_of(a) < 0 || port_of(b) < 0) {
+    if (m->find(a) < 0 || m->find(b) < 0) {
       expect_error(r, "no port named '", "a link of an unknown port");
     } else if (a == b) {
       expect_error(r, "a port cannot be linked to itself", "a port linked to itself");
@@ -333,6 +498,16 @@ void check_command(const std::string& cmd, const std::vector<std::string>& argv,
     check_show(r, *m);
   } else if (cmd == "log-level") {
     check_log_level(argv, r);
+  } else if (cmd == "add-port") {
+    check_add_port(argv, r, m);
+  } else if (cmd == "del-port") {
+    check_del_port(argv, r, m);
+  } else if (cmd == "set-port") {
+    check_set_port(argv, r, m);
+  } else if (cmd == "stats-clear") {
+    if (!r.ok || r.result != Json({{"cleared", true}})) die("stats-clear: not {cleared: true}", r.text);
+  } else if (cmd == "reload") {
+    expect_error(r, "this switch cannot read its configuration again", "a reload without a command line");
   } else {
     die("a command of the table this harness does not know: " + cmd, r.text);
   }
@@ -342,13 +517,20 @@ void check_command(const std::string& cmd, const std::vector<std::string>& argv,
 /// checks the reply.
 void request(const std::string& bytes, const std::string& line, Model* m) {
   g_request = bytes;
+  const bool nul = line.find('\0') != std::string::npos;  // never JSON (nlohmann's parser stops there)
+  const Json req = nul ? Json(Json::value_t::discarded) : Json::parse(line, nullptr, false);
+  if (req.is_object() && req.value("cmd", Json()) == "add-port" && req.contains("args") &&
+      req["args"].is_object() && req["args"].contains("argv") && req["args"]["argv"].is_array() &&
+      std::all_of(req["args"]["argv"].begin(), req["args"]["argv"].end(),
+                  [](const Json& w) { return w.is_string(); }) &&
+      !add_port_sendable(req["args"]["argv"].get<std::vector<std::string>>()))
+    return;  // a port the harness does not open (not sent)
   const Reply r = parse_reply(exchange(bytes));
   if (h->server.pending() != 0) die("a connection is left pending after its reply", r.text);
-  if (line.find('\0') != std::string::npos) {  // never JSON (nlohmann's parser stops there)
+  if (nul) {
     expect_error(r, "malformed request", "a request with a NUL byte");
     return;
   }
-  const Json req = Json::parse(line, nullptr, false);
   if (!r.ok && r.error == "request nested too deeply") {
     if (!req.is_discarded() && depth_of(req) <= kMaxDepth) die("refused as too deep, but is not", r.text);
     return;
@@ -361,7 +543,8 @@ void request(const std::string& bytes, const std::string& line, Model* m) {
   }
   const std::string cmd = req["cmd"].get<std::string>();
   const control::CommandSpec* spec = control::find_command(cmd);
-  if (cmd == "set-flush" || cmd == "link" || cmd == "unlink" || cmd == "pmd-rebalance")
+  if (cmd == "set-flush" || cmd == "link" || cmd == "unlink" || cmd == "pmd-rebalance" ||
+      cmd == "add-port" || cmd == "del-port" || cmd == "set-port")
     m->touched = true;
   if (!spec) {
     expect_error(r, "unknown command '", "an unknown command");
@@ -396,6 +579,28 @@ void own(const std::string& cmd, const std::vector<std::string>& argv, Model* m)
   request(line + "\n", line, m);
 }
 
+/// Back to the switch as LLVMFuzzerInitialize made it: no links; the ports an input added,
+/// deleted or changed deleted and a, b, c added again (each into its slot, the first
+/// vacant one); every flush policy the default.
+void reset(Model* m) {
+  while (!m->links.empty()) {
+    const auto [a, b] = m->links.front();
+    own("unlink", {a, b}, m);
+  }
+  for (size_t i = 0; i < m->slots.size(); ++i) {
+    const auto& s = m->slots[i];
+    if (s && (!s->pristine || i >= kNumPorts || s->name != kPorts[i])) own("del-port", {s->name}, m);
+  }
+  for (size_t i = 0; i < kNumPorts; ++i) {
+    if (m->find(kPorts[i]) >= 0) continue;
+    own("add-port", {kPorts[i], "vhost-user", own_path(kPorts[i])}, m);
+    if (m->find(kPorts[i]) != static_cast<int>(i)) die(std::string("port ") + kPorts[i] + " did not come back in its slot");
+  }
+  bool other = m->flush_all != kDefaultFlush;
+  for (const Slot* s : m->live()) other = other || s->flush != kDefaultFlush;
+  if (other) own("set-flush", {"all", kDefaultFlush}, m);
+}
+
 constexpr const char* kDirPrefix = "vl-fuzz-control-";  // /tmp/vl-fuzz-control-PID
 
 /// Removes the socket directories (/tmp/vl-fuzz-control-PID) of earlier runs whose process
@@ -426,11 +631,13 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   h->dir = std::string("/tmp/") + kDirPrefix + std::to_string(getpid());
   std::filesystem::remove_all(h->dir);  // a dead process's of the same pid
   if (mkdir(h->dir.c_str(), 0700) != 0) die("mkdir " + h->dir + ": " + strerror(errno));
+  h->port_dir = h->dir + "/p/";
+  if (mkdir(h->port_dir.c_str(), 0700) != 0) die("mkdir " + h->port_dir + ": " + strerror(errno));
   app::SwitchConfig cfg;
   for (const char* n : kPorts) {
     port::PortConfig p;
     p.name = n;
-    p.path = h->dir + "/" + n + ".sock";  // never created: the ports are not started
+    p.path = own_path(n);  // not created until a port is reopened: the ports are not started
     cfg.ports.push_back(p);
   }
   cfg.flush = kDefaultFlush;
@@ -449,13 +656,37 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   // run's remove_stale_dirs() takes them).
   std::atexit([] {
     h->server.close();
-    rmdir(h->dir.c_str());
+    std::error_code ec;
+    std::filesystem::remove_all(h->dir, ec);  // with the sockets of ports added again
   });
   return 0;
 }
 
+namespace {
+
+/// `in` with the first kMaxSubstitutions "$D/" of each line written as the harness's
+/// port directory.
+std::string substitute_dir(const std::string& in) {
+  std::string out;
+  size_t n = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] == '\n') n = 0;
+    if (n < kMaxSubstitutions && in.compare(i, 3, "$D/") == 0) {
+      out += h->port_dir;
+      i += 2;
+      ++n;
+      continue;
+    }
+    out += in[i];
+  }
+  return out;
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string in(reinterpret_cast<const char*>(data), std::min(size, kMaxInput));
+  const std::string in =
+      substitute_dir(std::string(reinterpret_cast<const char*>(data), std::min(size, kMaxInput)));
   Model m;
   size_t pos = 0;
   for (size_t n = 0; n < kMaxRequests && pos < in.size(); ++n) {
@@ -473,17 +704,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // two more requests would take most of a short input's time).
   if (!m.touched) return 0;
   own("stats", {}, &m);
+  own("ports", {}, &m);
   own("links", {}, &m);
-  while (!m.links.empty()) {
-    const auto [a, b] = m.links.front();
-    own("unlink", {a, b}, &m);
-  }
-  for (const std::string& f : m.flush) {
-    if (f != kDefaultFlush) {
-      own("set-flush", {"all", kDefaultFlush}, &m);
-      break;
-    }
-  }
+  reset(&m);
   g_request.clear();
   return 0;
 }

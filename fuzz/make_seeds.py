@@ -359,6 +359,33 @@ def control_seeds():
         "log_level": [req("log-level"), req("log-level", "debug"), req("log-level", "off"),
                       req("log-level", "warning"), req("log-level", "info", "x"),
                       req("log-level", "")],
+        # Ports at run time: "$D/" is the harness's socket directory; a tap and a path
+        # elsewhere are not sent (the harness opens vhost-user sockets in its directory only).
+        "add_port": [req("add-port", "d", "vhost-user", "$D/d.sock", "external-id:vm=1", "mtu=2000"),
+                     req("add-port", "d", "vhost-user", "$D/d.sock"),
+                     req("add-port", "--may-exist", "d", "vhost-user", "$D/d.sock"),
+                     req("add-port", "--may-exist", "d", "vhost-user-client", "$D/d.sock"),
+                     req("add-port", "e", "vhost-user", "$D/d.sock"),
+                     req("add-port", "e", "vhost-user-client", "$D/e.sock", "flush=immediate"),
+                     req("add-port", "f", "vhost-user", "$D/f.sock", "flush=bogus"),
+                     req("add-port", "f", "vhost-user", "$D/f.sock", "nosuch=1"),
+                     req("add-port", "f", "vhost-user", "$D/f.sock", "socket_group=nosuchgroup"),
+                     req("add-port", "f:x", "vhost-user", "$D/f.sock"),
+                     req("add-port", "f", "nosuchtype", "$D/f.sock"),
+                     req("add-port", "t", "tap", "vltap0"), req("add-port", "g", "vhost-user", "/tmp/g.sock"),
+                     req("add-port", "d", "vhost-user"), req("stats"), req("ports"), req("show")],
+        "del_port": [req("add-port", "d", "vhost-user", "$D/d.sock"), req("link", "a", "d"),
+                     req("del-port", "d"), req("del-port", "d"), req("del-port", "--if-exists", "d"),
+                     req("del-port", "a"), req("add-port", "x", "vhost-user", "$D/x.sock"),
+                     req("del-port"), req("del-port", "a", "b"), req("links"), req("ports")],
+        "set_port": [req("set-port", "a", "mtu=3000"), req("set-flush", "b", "immediate"),
+                     req("set-port", "b", "max_queues=2"), req("set-port", "c", "flush=interval=20"),
+                     req("set-port", "c", "flush=default", "external-id:k=v"),
+                     req("set-port", "a", "socket_group=nosuchgroup"), req("set-port", "zz", "mtu=1"),
+                     req("set-port", "a", "mtu"), req("link", "a", "b"), req("set-port", "a", "mtu=4000"),
+                     req("stats"), req("ports")],
+        "stats_clear": [req("stats-clear"), req("stats-clear", "x"), req("stats")],
+        "reload": [req("reload"), req("reload", "now")],
     }
     for name, lines in seeds.items():
         write("fuzz_control", name, b"".join(lines))

@@ -165,7 +165,6 @@ void Switch::attach_tunnels() {
 }
 
 bool Switch::start_datapath(std::string* err) {
-  watched_fd_.assign(port::kMaxPorts, -1);
   // Tunnels after the rest: each opens on its underlay's wire.
   for (const bool tunnels : {false, true}) {
     for (uint32_t i = 0; i < ports_.size(); ++i) {

@@ -172,7 +172,7 @@ class Switch {
   std::string flush_all_;
   Reloader reloader_;
   LinkManager links_{&ports_};
-  std::vector<int> watched_fd_;
+  std::vector<int> watched_fd_ = std::vector<int>(port::kMaxPorts, -1);  // per slot: the fd in epoll_
   control::ControlServer ctl_;
   UniqueFd epoll_, timer_, signal_;
   std::atomic<bool> stop_{false};

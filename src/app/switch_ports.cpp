@@ -317,9 +317,11 @@ bool Switch::set_port(const std::string& name, const std::vector<std::string>& k
   if (restart) {
     // The port reopens in its slot with its records: its front-end sees the connection
     // closed and reconnects (a client-mode port reconnects itself).
+    // (remove_port() gives the slot the switch-wide flush policy: the port's own comes back.)
     const auto ids_kept = external_ids_[*i];
     const auto settings_kept = settings_[*i];
     const bool rt = runtime_[*i];
+    const dp::FlushPolicy flush_kept = tables_.flush_policy(*i);
     remove_port(*i);
     std::string why, again;
     const bool opened = open_port(*i, e.cfg, &why);
@@ -328,6 +330,7 @@ bool Switch::set_port(const std::string& name, const std::vector<std::string>& k
       external_ids_[*i] = ids_kept;
       settings_[*i] = settings_kept;
       runtime_[*i] = rt;
+      tables_.set_flush(*i, flush_kept);
     }
     if (!opened) {
       *err = back ? fmt::format("port {}: {} (it is as it was)", name, why)

@@ -175,6 +175,9 @@ class RuntimePorts(unittest.TestCase):
             tb.ctl("add-port", "s", "vhost-user", tb.sock("s"), "flush=interval=50", "mtu=4000")
             tb.ctl("set-port", "a", "external-id:role=config-port", "flush=immediate")
             tb.ctl("del-port", "k")
+            # A setting that reopens the port keeps its own flush policy.
+            self.assertTrue(raw_ctl(tb.ctl_path, "set-port", ["s", "mtu=5000"])["restarted"])
+            self.assertEqual(tb.switch_stats()["s"]["flush"], "interval=50")
             tb.wait_connected(["c"])
             tb.wait_counter("c", "rx_packets", 1000, timeout=30)
             tb.stop_switch()
@@ -188,7 +191,7 @@ class RuntimePorts(unittest.TestCase):
             self.assertIn("deleted at run time, and the config names it", tb.switch.output())
             self.assertEqual(info["c"]["type"], "vhost-user-client")
             self.assertEqual(info["c"]["external_ids"], {"vm": "one"})
-            self.assertEqual(info["s"]["mtu_config"], 4000)
+            self.assertEqual(info["s"]["mtu_config"], 5000)
             self.assertEqual(info["a"]["external_ids"], {"role": "config-port"})
             st = tb.switch_stats()
             self.assertEqual(st["a"]["flush"], "immediate")
