@@ -345,7 +345,8 @@ bool add_port_sendable(const std::vector<std::string>& argv) {
   return starts(pc->path, h->port_dir.c_str());
 }
 
-/// add-port [--may-exist] NAME TYPE ARG [KEY=VALUE ...]: a name that exists is accepted
+/// add-port [--may-exist] NAME TYPE ARG [KEY=VALUE ...]: a name of 1 to 64 printable
+/// characters without spaces, '=' or ':' (switch_ports.cpp); a name that exists is accepted
 /// only with --may-exist and the same type and path (created: false, its id); a path that
 /// is another port's is refused; a new port takes the first vacant slot, with the flush
 /// policy of its settings or the switch-wide one. Refused settings are the switch's call.
@@ -357,6 +358,11 @@ void check_add_port(const std::vector<std::string>& argv, const Reply& r, Model*
       die("add-port without NAME TYPE ARG: not its usage error", r.text);
     return;
   }
+  const bool name_ok = !a[0].empty() && a[0].size() <= 64 &&
+                       std::all_of(a[0].begin(), a[0].end(), [](char ch) {
+                         return ch > ' ' && ch < 0x7f && ch != '=' && ch != ':';
+                       });
+  if (!name_ok) return expect_error(r, "usage: port name '", "an add-port of a bad name");
   std::string err;
   const auto pc = app::parse_port_spec(a[0] + "=" + a[1] + ":" + a[2], &err);
   if (!pc) return expect_error(r, "usage: ", "an add-port of a bad port spec");

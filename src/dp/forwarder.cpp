@@ -347,12 +347,17 @@ void Forwarder::classify_as(uint32_t in) {
     return;
   }
   const uint32_t now_s = tables_->now_s.load(std::memory_order_relaxed);
+  // Once per burst, not per frame (bench/results/instructions-2026-12-03-runtime-ports.md).
+  const uint32_t nports = tables_->nports.load(std::memory_order_relaxed);
+  Fdb* const fdb = tables_->fdb;
   // Consecutive frames to one source MAC are learned once, to one destination MAC looked
   // up once, and frames to one output port enqueued as one run (list[run_b..i)). With
   // VLANs a MAC table key is (VLAN, MAC) (dp/vlan.h vlan_key).
   constexpr uint32_t kNone = ~0u;
   Mac last_src = ~Mac{0}, last_dst = ~Mac{0};
   uint32_t last_o = kNone, run_o = kNone, run_b = 0;
+  bool last_ok = false;  // last_o is where frames to last_dst go
+  static_assert(Fdb::kNoPort >= port::kMaxPorts);
   auto end_run = [&](uint32_t i) {
     if (run_o != kNone) enqueue_run(run_o, list + run_b, i - run_b);
     run_o = kNone;
@@ -370,19 +375,20 @@ void Forwarder::classify_as(uint32_t in) {
       src = vlan_key(src, sl.vlan);
     }
     if (src != last_src && mac_is_learnable(src)) {
-      tables_->fdb->learn(src, in, now_s);
+      fdb->learn(src, in, now_s);
       last_src = src;
       last_dst = ~Mac{0};  // a learned source may be a later frame's destination
     }
     if (!mac_is_multicast(dst)) [[likely]] {
       if (dst != last_dst) {
         last_dst = dst;
-        last_o = tables_->fdb->lookup(dst);
+        last_o = fdb->lookup(dst);
+        // Known, a port of the table, and not back to its ingress (kNoPort >= nports).
+        last_ok = last_o < nports && last_o != in;
       }
       // (With VLANs, an entry another thread is replacing at this instant may name a port
       // outside the frame's VLAN, fdb.h: the frame is then flooded in its VLAN.)
-      if (last_o != Fdb::kNoPort && last_o < tables_->nports.load(std::memory_order_relaxed) && last_o != in &&
-          (!kVlans || tables_->vlan[last_o].carries(sl.vlan))) [[likely]] {
+      if (last_ok && (!kVlans || tables_->vlan[last_o].carries(sl.vlan))) [[likely]] {
         if (last_o != run_o) {
           end_run(i);
           run_o = last_o;

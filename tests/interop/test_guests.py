@@ -12,6 +12,7 @@ Needs qemu-system-x86 and the guest image (scripts/guest/build-guest.sh; the cte
 fixture guest_image builds it). Core plan: the switch's PMD thread on CPU 1, the QEMU
 processes unpinned (TCG keeps them busy, so they share both CPUs with the PMD).
 """
+import os
 import signal
 import time
 import unittest
@@ -164,8 +165,15 @@ class Guests(unittest.TestCase):
     # -- 4. switch restart under a running ping --------------------------------------------
     @vltest.ctest("qemu_switch_restart", timeout=150, qemu=True)
     def test_switch_restart(self):
+        """vm1 on the command line, vm2 added at run time with --db: a restart with the same
+        command brings vm2 back (its external id too) and both guests resume; then the same
+        after a SIGKILL."""
         with vlguest.GuestTestbed(self) as tb:
-            tb.start_switch(ports=["vm1", "vm2"], forward="bridge")
+            switch_args = dict(ports=["vm1"], forward="bridge",
+                               extra=["--db", os.path.join(tb.dir, "state.json")])
+            tb.start_switch(**switch_args)
+            tb.ctl("add-port", "vm2", "vhost-user", tb.sock("vm2"), "external-id:vm=g2")
+            tb.port_paths["vm2"] = tb.sock("vm2")
             g1, g2 = self.boot_pair(tb)  # QEMU clients with reconnect=1
             ping(self, g1, g2, count=3)
             up0 = g1.uptime()
@@ -185,7 +193,7 @@ class Guests(unittest.TestCase):
             # While it is down the guests see no replies (their link is down).
             time.sleep(2.0)
             n_down = len(g1.console.lines)
-            tb.start_switch(ports=["vm1", "vm2"], forward="bridge")
+            tb.start_switch(**switch_args)  # the state file brings vm2 back
             t_started = time.monotonic()
             tb.wait_connected(["vm1", "vm2"], timeout=20)
             t_ready = time.monotonic()
@@ -216,6 +224,7 @@ class Guests(unittest.TestCase):
             self.assertGreater(up1, up0 + (time.monotonic() - t_kill) * 0.5)
             info = tb.ports_info()
             self.assertEqual([info[x]["connects"] for x in ("vm1", "vm2")], [1, 1])
+            self.assertEqual(info["vm2"]["external_ids"], {"vm": "g2"})
             # And the new switch carries both directions with full delivery.
             ping(self, g1, g2)
             ping(self, g2, g1)
@@ -230,7 +239,7 @@ class Guests(unittest.TestCase):
             g1.run("ping -f -w 10 %s >/tmp/flood.log 2>&1 &" % g2.addr)
             tb.wait_counter("vm2", "tx_packets", st["vm2"]["tx_packets"] + 500, timeout=20)
             tb.switch.stop(signal.SIGKILL)
-            tb.start_switch(ports=["vm1", "vm2"], forward="bridge")
+            tb.start_switch(**switch_args)
             tb.wait_connected(["vm1", "vm2"], timeout=20)
             st = tb.wait_counter("vm1", "tx_packets", 200, timeout=20)  # replies flow again
             flood = parse_ping(g1.run("wait; cat /tmp/flood.log", timeout=30))
