@@ -13,6 +13,7 @@
 #include "app/switch.h"
 #include "dp/flush.h"
 #include "util/log.h"
+#include "util/unix_socket.h"
 
 namespace vl::app {
 
@@ -34,8 +35,13 @@ bool split_kv(const std::string& s, std::string* k, std::string* v) {
   return true;
 }
 
+/// A vhost-user socket file's permissions and owner (set-port changes them in place).
+bool access_key(const std::string& k) {
+  return k == "socket_mode" || k == "socket_owner" || k == "socket_group";
+}
+
 /// Settings a running port takes without a restart (the others reopen it in its slot).
-bool live_key(const std::string& k) { return k == "mac_limit"; }
+bool live_key(const std::string& k) { return k == "mac_limit" || access_key(k); }
 
 /// Everything of a port's configuration that a restart would change, as one string (two
 /// configurations open the same port when these are equal).
@@ -313,7 +319,26 @@ bool Switch::set_port(const std::string& name, const std::vector<std::string>& k
                        "and added again", name);
     return false;
   }
+  const bool access = std::any_of(e.keys.begin(), e.keys.end(), access_key);
+  auto* vp = dynamic_cast<port::VhostPort*>(ports_[*i].get());
+  if (access && !vp) {
+    *err = fmt::format("port '{}': socket_mode, socket_owner and socket_group are vhost-user "
+                       "ports' settings", name);
+    return false;
+  }
+  uint32_t id;
+  for (const auto& [who, group] : {std::pair{&e.cfg.socket_owner, false}, std::pair{&e.cfg.socket_group, true}}) {
+    if (access && !who->empty() && !resolve_id(*who, group, &id)) {
+      *err = fmt::format("port {}: unknown socket {} '{}'", name, group ? "group" : "owner", *who);
+      return false;
+    }
+  }
   *usage = false;
+  // A socket's permissions change in place (its front-end stays connected); first, so
+  // that a failure leaves everything as it was.
+  if (access && !restart &&
+      !vp->set_socket_access(e.cfg.socket_mode, e.cfg.socket_owner, e.cfg.socket_group, err))
+    return false;
   if (restart) {
     // The port reopens in its slot with its records: its front-end sees the connection
     // closed and reconnects (a client-mode port reconnects itself).

@@ -38,6 +38,54 @@ VhostPort::VhostPort(uint32_t id, PortConfig cfg, Quiescer* q, vhost::MemoryBudg
 
 VhostPort::~VhostPort() { stop(); }
 
+bool VhostPort::resolve_access(const std::string& owner, const std::string& group, uid_t* uid,
+                               gid_t* gid, std::string* err) const {
+  *uid = static_cast<uid_t>(-1);  // chown: -1 leaves it as it is
+  *gid = static_cast<gid_t>(-1);
+  uint32_t id;
+  if (!owner.empty()) {
+    if (!resolve_id(owner, false, &id)) {
+      *err = fmt::format("port {}: unknown socket owner '{}'", cfg_.name, owner);
+      return false;
+    }
+    *uid = id;
+  }
+  if (!group.empty()) {
+    if (!resolve_id(group, true, &id)) {
+      *err = fmt::format("port {}: unknown socket group '{}'", cfg_.name, group);
+      return false;
+    }
+    *gid = id;
+  }
+  return true;
+}
+
+bool VhostPort::set_socket_access(uint32_t mode, const std::string& owner, const std::string& group,
+                                  std::string* err) {
+  uid_t uid;
+  gid_t gid;
+  if (!resolve_access(owner, group, &uid, &gid, err)) return false;
+  // On the listening socket's file (a client port's socket is its peer's: recorded only).
+  // lchown/fchmodat without following: the path is the switch's own socket file.
+  if (cfg_.mode == SocketMode::kServer && listen_.valid()) {
+    struct stat st;
+    if (lstat(cfg_.path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) {
+      *err = fmt::format("port {}: {} is no longer its socket", cfg_.name, cfg_.path);
+      return false;
+    }
+    if (((uid != static_cast<uid_t>(-1) || gid != static_cast<gid_t>(-1)) &&
+         lchown(cfg_.path.c_str(), uid, gid) != 0) ||
+        chmod(cfg_.path.c_str(), mode) != 0) {
+      *err = fmt::format("port {}: {}: {}", cfg_.name, cfg_.path, strerror(errno));
+      return false;
+    }
+  }
+  cfg_.socket_mode = mode;
+  cfg_.socket_owner = owner;
+  cfg_.socket_group = group;
+  return true;
+}
+
 bool VhostPort::start(std::string* err) {
   if (cfg_.mode == SocketMode::kClient) {
     try_connect();
@@ -46,24 +94,11 @@ bool VhostPort::start(std::string* err) {
   sockaddr_un a;
   if (!make_unix_addr(cfg_.path, &a, err)) return false;
   if (!clear_stale_socket(cfg_.path, a, "vhost-user socket", err)) return false;
-  uid_t uid = static_cast<uid_t>(-1);  // chown: -1 leaves it as it is
-  gid_t gid = static_cast<gid_t>(-1);
-  uint32_t id;
-  if (!cfg_.socket_owner.empty()) {
-    if (!resolve_id(cfg_.socket_owner, false, &id)) {
-      *err = fmt::format("port {}: unknown socket owner '{}'", cfg_.name, cfg_.socket_owner);
-      down_ = true;
-      return false;
-    }
-    uid = id;
-  }
-  if (!cfg_.socket_group.empty()) {
-    if (!resolve_id(cfg_.socket_group, true, &id)) {
-      *err = fmt::format("port {}: unknown socket group '{}'", cfg_.name, cfg_.socket_group);
-      down_ = true;
-      return false;
-    }
-    gid = id;
+  uid_t uid;
+  gid_t gid;
+  if (!resolve_access(cfg_.socket_owner, cfg_.socket_group, &uid, &gid, err)) {
+    down_ = true;
+    return false;
   }
   // The socket file is created with the umask's bits and then narrowed; nobody can connect
   // before listen(), so the moment between bind and chmod/chown exposes nothing.

@@ -6,6 +6,8 @@
 //   pause:  active = false; wait until every PMD thread has passed a quiescent point;
 //   change: the back-end mutates rings, memory, fds;
 //   resume: rebuild PortDp; active = true; wake PMD threads.
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -37,6 +39,11 @@ class VhostPort final : public Port, public vhost::DeviceHost {
   /// Server mode: creates the listening socket (replacing a stale socket file).
   /// Client mode: tries to connect once. Returns false with `*err` on a fatal error.
   bool start(std::string* err) override;
+  /// Changes the socket file's permission bits and owner/group (names or ids; empty: as
+  /// they are) while the port runs: its front-end stays connected. False with `*err` for
+  /// an unknown user or group or a failed chmod/chown (then nothing changed in the config).
+  bool set_socket_access(uint32_t mode, const std::string& owner, const std::string& group,
+                         std::string* err);
   /// Closes the connection, the listening socket, and removes the socket file.
   void stop() override;
 
@@ -109,6 +116,9 @@ class VhostPort final : public Port, public vhost::DeviceHost {
   void resume_datapath() override;
 
  private:
+  /// uid/gid of a socket owner/group name or id (-1 for empty); false with `*err`.
+  bool resolve_access(const std::string& owner, const std::string& group, uid_t* uid, gid_t* gid,
+                      std::string* err) const;
   bool try_connect();
   void drop_connection(const std::string& why);
 

@@ -8,6 +8,7 @@ files refused without loss, SIGHUP reading the config again, stats-clear.
 
     PYTHONPATH=pylib:bench python3 tests/interop/test_runtime_ports.py --virtlink build/virtlink -v
 """
+import grp
 import json
 import os
 import shutil
@@ -76,6 +77,10 @@ class RuntimePorts(unittest.TestCase):
             t = threading.Thread(target=traffic)
             t.start()
             tb.wait_counter("b", "tx_packets", 1000, timeout=30)
+            # A group name looked up once before the baseline: the first lookup loads the
+            # C library's name service modules (mappings that stay).
+            rc, _, err = ctl_rc(tb, "set-port", "a", "socket_group=no-such-group")
+            self.assertEqual(rc, 2, err)
             fds0 = vlguest.proc_fds(pid)
             maps0 = guest_maps(pid)
             for cycle in range(3):
@@ -101,6 +106,17 @@ class RuntimePorts(unittest.TestCase):
                 self.assertGreater(len(guest_maps(pid)), len(maps0))
                 tb.ctl("set-port", "c", "external-id:owner=test")
                 self.assertEqual(tb.ports_info()["c"]["external_ids"]["owner"], "test")
+                # The socket's permissions change in place: the front-end stays connected.
+                connects = tb.ports_info()["c"]["connects"]
+                out = tb.ctl("set-port", "c", "socket_mode=0660", "socket_group=daemon")
+                self.assertFalse(out["restarted"], out)
+                st_c = os.stat(c)
+                self.assertEqual((st_c.st_mode & 0o777, st_c.st_gid), (0o660, grp.getgrnam("daemon").gr_gid))
+                info = tb.ports_info()["c"]
+                self.assertEqual((info["state"], info["connects"]), ("connected", connects), info)
+                rc, _, err = ctl_rc(tb, "set-port", "c", "socket_group=no-such-group")
+                self.assertEqual(rc, 2, err)
+                self.assertEqual(os.stat(c).st_gid, grp.getgrnam("daemon").gr_gid)
                 self.assertTrue(tb.ctl("del-port", "c")["deleted"])
                 self.assertFalse(os.path.exists(c), "the deleted port's socket file is left")
                 self.assertFalse(tb.ctl("del-port", "--if-exists", "c")["deleted"])
