@@ -97,6 +97,11 @@ class Switch {
   bool reload(control::Json* out, std::string* err);
 
  private:
+  /// Closes port `i` and opens it in its slot with `next` (its external ids, settings
+  /// and flush policy kept); if that fails, with `old` again. False with `*err` when
+  /// `next` did not open (and says whether the port is back as it was or deleted).
+  bool reopen_port(uint32_t i, const port::PortConfig& next, const port::PortConfig& old,
+                   std::string* err);
   /// Set-up, in its order: ports and tables, flush policies, the control thread's fds, the
   /// control socket and its commands, then the ports' sockets, the PMD threads and links.
   bool setup(std::string* err);

@@ -285,6 +285,33 @@ bool Switch::del_port(const std::string& name, bool if_exists, control::Json* ou
   return true;
 }
 
+bool Switch::reopen_port(uint32_t i, const port::PortConfig& next, const port::PortConfig& old,
+                         std::string* err) {
+  // The port reopens in its slot with its records: its front-end sees the connection
+  // closed and reconnects (a client-mode port reconnects itself).
+  // (remove_port() gives the slot the switch-wide flush policy: the port's own comes back.)
+  const auto ids_kept = external_ids_[i];
+  const auto settings_kept = settings_[i];
+  const bool rt = runtime_[i];
+  const dp::FlushPolicy flush_kept = tables_.flush_policy(i);
+  remove_port(i);
+  std::string why, again;
+  const bool opened = open_port(i, next, &why);
+  const bool back = opened || open_port(i, old, &again);
+  if (back) {
+    external_ids_[i] = ids_kept;
+    settings_[i] = settings_kept;
+    runtime_[i] = rt;
+    tables_.set_flush(i, flush_kept);
+  }
+  if (opened) return true;
+  *err = back ? fmt::format("port {}: {} (it is as it was)", old.name, why)
+              : fmt::format("port {}: {}; it could not reopen as it was either ({}): it is deleted",
+                            old.name, why, again);
+  if (!back) save_state();
+  return false;
+}
+
 bool Switch::set_port(const std::string& name, const std::vector<std::string>& kv, control::Json* out,
                       std::string* err, bool* usage) {
   *usage = true;
@@ -339,32 +366,7 @@ bool Switch::set_port(const std::string& name, const std::vector<std::string>& k
   if (access && !restart &&
       !vp->set_socket_access(e.cfg.socket_mode, e.cfg.socket_owner, e.cfg.socket_group, err))
     return false;
-  if (restart) {
-    // The port reopens in its slot with its records: its front-end sees the connection
-    // closed and reconnects (a client-mode port reconnects itself).
-    // (remove_port() gives the slot the switch-wide flush policy: the port's own comes back.)
-    const auto ids_kept = external_ids_[*i];
-    const auto settings_kept = settings_[*i];
-    const bool rt = runtime_[*i];
-    const dp::FlushPolicy flush_kept = tables_.flush_policy(*i);
-    remove_port(*i);
-    std::string why, again;
-    const bool opened = open_port(*i, e.cfg, &why);
-    const bool back = opened || open_port(*i, old, &again);
-    if (back) {
-      external_ids_[*i] = ids_kept;
-      settings_[*i] = settings_kept;
-      runtime_[*i] = rt;
-      tables_.set_flush(*i, flush_kept);
-    }
-    if (!opened) {
-      *err = back ? fmt::format("port {}: {} (it is as it was)", name, why)
-                  : fmt::format("port {}: {}; it could not reopen as it was either ({}): it is deleted",
-                                name, why, again);
-      if (!back) save_state();
-      return false;
-    }
-  }
+  if (restart && !reopen_port(*i, e.cfg, old, err)) return false;
   if (std::find(e.keys.begin(), e.keys.end(), "mac_limit") != e.keys.end())
     fdb_.set_port_limit(*i, e.cfg.mac_limit);
   if (e.flush) {
