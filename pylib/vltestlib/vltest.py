@@ -766,7 +766,7 @@ def ctest(name, timeout, asan=False, qemu=False):
     10 s less (15 s with qemu), so it cleans up before ctest kills it. `asan`: also label
     `asan` in a sanitizer build (scripts/test.sh runs `ctest -L "unit|asan"` there). `qemu`:
     labels `interop;qemu` and the fixture `guest_image`. The other labels come from the
-    directory: `interop` (tests/interop), `hostile` (tests/hostile).
+    directory: `interop` (tests/interop), `hostile` (tests/hostile), `package` (tests/package).
 
     tests/ctest_cases.py reads these decorators at configure time (ast, without importing
     the file), so the arguments must be literals. At run time the decorator only records
