@@ -253,6 +253,14 @@ class Package(unittest.TestCase):
         self.assertEqual(run([self.bin, "--version"]).strip(), self.version)
         self.assertIn("Run the vhost-user switch daemon", run([self.bin, "--help"]))
         self.assertIn("--db", run([self.bin, "switch", "--help"]))
+        # No build path in it (VIRTLINK_BENCH_FROM_SOURCE=OFF): `bench` wants its harness named.
+        with open(self.bin, "rb") as f:
+            self.assertNotIn(self.src.encode(), f.read())
+        r = subprocess.run([self.bin, "bench", "p2p"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=30,
+                           env={k: v for k, v in os.environ.items() if k != "VIRTLINK_BENCH_DIR"})
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(b"set VIRTLINK_BENCH_DIR", r.stdout)
 
     def serve(self, argv, tmp):
         """Runs `argv` (a switch) with a NOTIFY_SOCKET of ours: READY=1, `ctl show` through
