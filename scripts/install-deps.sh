@@ -32,6 +32,10 @@ PKGS=(
   # running as a service: sd_notify and the journal (src/util/service_notify.cpp,
   # src/util/log_sinks.cpp)
   libsystemd-dev
+  # the Debian package (debian/, tests/package/test_package.py): dpkg-buildpackage, debhelper,
+  # lintian; help2man makes the man pages from --help; systemd-analyze verify checks the
+  # unit offline; man-db (man -l) renders the pages
+  dpkg-dev debhelper fakeroot lintian help2man systemd man-db
 )
 
 missing=()

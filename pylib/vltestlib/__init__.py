@@ -6,6 +6,8 @@ tests/bench) and the bench harness (bench/*.py). Python 3 standard library only.
                 transfer and iperf between guests and namespaces
     netns       network namespaces and veth pairs for a test, frames counted and injected
     vhost_peer  a raw vhost-user front-end: framing, messages, guest memory, split rings
+    notify_socket  a stand-in for systemd's NOTIFY_SOCKET: the sd_notify(3) datagrams a
+                service sends, with their arrival times
 
 How it is found (one path mechanism, no sys.path edits in the test files): ctest sets
 PYTHONPATH=<repo>/pylib:<repo>/bench for every Python test (tests/CMakeLists.txt); the

@@ -413,18 +413,20 @@ class Testbed:
         return os.path.join(self.dir, port + ".sock")
 
     def start_switch(self, ports=("a", "b"), forward="xconnect", pmd_cores="1", config=None,
-                     extra=(), log_level="info", netns=None):
+                     extra=(), log_level="info", netns=None, env=None, wrap=()):
         """Starts `virtlink switch` with vhost-user server ports NAME -> DIR/NAME.sock (an
         entry "NAME=TYPE:ARG" of `ports` is passed as it is, in its place: an uplink).
 
         `config`: optional TOML text written to DIR/switch.toml and passed with --config
         (its [[port]] tables may use tb.sock(NAME) paths; then leave `ports` empty for them).
         `netns`: the name of a network namespace to run it in (`ip netns exec`, which execs:
-        the Proc's PID is the switch's). Waits until every socket file and the control
-        socket exist.
+        the Proc's PID is the switch's). `env`: variables added to the switch's environment
+        (e.g. NOTIFY_SOCKET); `wrap`: argv words before the switch's, a command that execs it
+        (its PID stays the switch's). Waits until every socket file and the control socket
+        exist.
         """
         assert VIRTLINK, "run through vltest.main() with --virtlink PATH"
-        argv = ([] if netns is None else ["ip", "netns", "exec", netns]) + [
+        argv = ([] if netns is None else ["ip", "netns", "exec", netns]) + list(wrap) + [
             VIRTLINK, "--log-level", log_level, "switch"]
         if config is not None:
             cfg = os.path.join(self.dir, "switch.toml")
@@ -446,7 +448,7 @@ class Testbed:
             argv += ["--pmd-cores", pmd_cores]
         argv += ["--control", self.ctl_path]
         argv += list(extra)
-        env = dict(os.environ)
+        env = dict(os.environ, **(env or {}))
         # Sanitizer builds: make any finding fatal and visible; harmless otherwise.
         env.setdefault("ASAN_OPTIONS", "abort_on_error=0:detect_leaks=1")
         env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
@@ -764,7 +766,7 @@ def ctest(name, timeout, asan=False, qemu=False):
     10 s less (15 s with qemu), so it cleans up before ctest kills it. `asan`: also label
     `asan` in a sanitizer build (scripts/test.sh runs `ctest -L "unit|asan"` there). `qemu`:
     labels `interop;qemu` and the fixture `guest_image`. The other labels come from the
-    directory: `interop` (tests/interop), `hostile` (tests/hostile).
+    directory: `interop` (tests/interop), `hostile` (tests/hostile), `package` (tests/package).
 
     tests/ctest_cases.py reads these decorators at configure time (ast, without importing
     the file), so the arguments must be literals. At run time the decorator only records

@@ -7,6 +7,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "app/ctl_commands.h"
 #include "app/json_views.h"
 #include "app/state_db.h"
@@ -64,13 +66,28 @@ bool Switch::setup(std::string* err) {
   if (!add_ctl_commands(*this, &ctl_, err)) return false;
   if (!start_datapath(err)) return false;
   save_state();  // what the start made of the config and the state file
-  const std::string summary = fmt::format(
-      "{} port(s), forward {}, {} PMD thread(s) in {} mode, control {}", ports_.size(),
-      cfg_.forward == dp::ForwardMode::kBridge ? "bridge" : "xconnect", pmds_->threads().size(),
-      dp::pmd_mode_name(cfg_.pmd.mode), ctl_path);
+  const std::string summary = status_summary();
   spdlog::info("virtlink {} switch: {}", VIRTLINK_VERSION, summary);
   service::notify_ready(summary);  // systemd (Type=notify): the control socket listens
   return true;
+}
+
+std::string Switch::status_summary() const {
+  const auto nports =
+      std::count_if(ports_.begin(), ports_.end(), [](const auto& p) { return p != nullptr; });
+  return fmt::format("{} port(s), forward {}, {} PMD thread(s) in {} mode, control {}", nports,
+                     cfg_.forward == dp::ForwardMode::kBridge ? "bridge" : "xconnect",
+                     pmds_->threads().size(), dp::pmd_mode_name(cfg_.pmd.mode), ctl_.path());
+}
+
+bool Switch::reload(control::Json* out, std::string* err) {
+  // sd_notify(3): RELOADING=1 (with MONOTONIC_USEC) while the file is read and applied,
+  // READY=1 when done. A refused file changes nothing: the switch is ready as it was.
+  service::notify_reloading();
+  const bool ok = apply_reload(out, err);
+  service::notify_ready(ok ? status_summary()
+                           : "reload refused (" + *err + "); " + status_summary());
+  return ok;
 }
 
 std::unique_ptr<port::Port> Switch::make_port(uint32_t i, const port::PortConfig& pc) {

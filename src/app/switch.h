@@ -91,9 +91,10 @@ class Switch {
   /// file, read anew): cli/cmd_switch.cpp.
   using Reloader = std::function<bool(SwitchConfig* cfg, std::string* err)>;
   void set_reloader(Reloader r) { reloader_ = std::move(r); }
-  /// SIGHUP: reads the --config file again and applies what changed (ports added, removed,
-  /// re-set; the flush policy, MAC aging); reports what needs a restart. False with `*err`
-  /// when the file is refused (nothing changes).
+  /// SIGHUP and `ctl reload`: reads the --config file again and applies what changed (ports
+  /// added, removed, re-set; the flush policy, MAC aging); reports what needs a restart.
+  /// False with `*err` when the file is refused (nothing changes). Under systemd it is
+  /// bracketed by RELOADING=1 and READY=1 (with STATUS=, saying so when it was refused).
   bool reload(control::Json* out, std::string* err);
 
  private:
@@ -137,6 +138,11 @@ class Switch {
     std::map<std::string, std::string> external_ids;
   };
   std::map<std::string, Restored> restored_;
+  /// reload()'s work, without the notifications (app/switch_ports.cpp).
+  bool apply_reload(control::Json* out, std::string* err);
+  /// The one-line summary logged at start-up and sent as STATUS= (ports, forwarding, PMD
+  /// threads, control socket).
+  std::string status_summary() const;
   /// SIGHUP's work on the ports: those the new configuration `nc` adds, removes or changes.
   void reload_ports(const SwitchConfig& nc, control::Json* out);
   void set_flush_policies();

@@ -498,7 +498,7 @@ bool Switch::restore_state(std::string* err) {
   return true;
 }
 
-bool Switch::reload(control::Json* out, std::string* err) {
+bool Switch::apply_reload(control::Json* out, std::string* err) {
   if (!reloader_) {
     *err = "this switch cannot read its configuration again (no command line to read it from)";
     return false;

@@ -12,11 +12,23 @@
 
 #include "cli/commands.h"
 
-#ifndef VIRTLINK_SOURCE_DIR
-#define VIRTLINK_SOURCE_DIR "."
-#endif
-
 namespace vl::cli {
+
+namespace {
+
+/// The harness: $VIRTLINK_BENCH_DIR/virtlink_bench.py, else the source tree's when the build
+/// names one (VIRTLINK_SOURCE_DIR; not in the Debian package's: VIRTLINK_BENCH_FROM_SOURCE
+/// OFF, so an installed binary runs no script from its build path). Empty: none.
+std::string harness_path() {
+  if (const char* d = getenv("VIRTLINK_BENCH_DIR")) return std::string(d) + "/virtlink_bench.py";
+#ifdef VIRTLINK_SOURCE_DIR
+  return std::string(VIRTLINK_SOURCE_DIR) + "/bench/virtlink_bench.py";
+#else
+  return "";
+#endif
+}
+
+}  // namespace
 
 void add_bench_command(CLI::App& app, BenchArgs& a) {
   CLI::App* b = app.add_subcommand(
@@ -31,8 +43,12 @@ void add_bench_command(CLI::App& app, BenchArgs& a) {
 }
 
 int run_bench(const BenchArgs& a) {
-  std::string script = std::string(VIRTLINK_SOURCE_DIR) + "/bench/virtlink_bench.py";
-  if (const char* d = getenv("VIRTLINK_BENCH_DIR")) script = std::string(d) + "/virtlink_bench.py";
+  std::string script = harness_path();
+  if (script.empty()) {
+    fmt::print(stderr, "virtlink bench: this build has no harness; set VIRTLINK_BENCH_DIR to "
+                       "the bench/ directory of a virtlink source tree\n");
+    return 2;
+  }
   if (!std::filesystem::exists(script)) {
     fmt::print(stderr, "virtlink bench: harness {} not found (set VIRTLINK_BENCH_DIR)\n", script);
     return 2;
