@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -68,6 +69,25 @@ bool from_json(const Json& j, SavedState* s, std::string* err) {
   }
 }
 
+/// Deepest nesting of arrays and objects in a JSON text (strings skipped).
+size_t json_depth(const std::string& s) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char ch : s) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (ch == '\\') escaped = true;
+      else if (ch == '"') in_string = false;
+      continue;
+    }
+    if (ch == '"') in_string = true;
+    else if (ch == '[' || ch == '{') deepest = std::max(deepest, ++depth);
+    else if ((ch == ']' || ch == '}') && depth > 0) --depth;
+  }
+  return deepest;
+}
+constexpr size_t kMaxDepth = 16;
+
 bool write_all(int fd, const std::string& text) {
   size_t off = 0;
   while (off < text.size()) {
@@ -95,7 +115,12 @@ bool save_state(const std::string& file, const SavedState& s, std::string* err) 
                     {"state", Json::parse(state)}};
   const std::string text = doc.dump(2) + "\n";
   const std::string tmp = file + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // A new file, never one that is there: a symlink FILE.tmp (planted in a directory
+  // someone else may write) would otherwise have this root process truncate and write its
+  // target, and the rename make FILE that symlink. One that is there is a leftover (or a
+  // plant): it goes first, and then O_EXCL | O_NOFOLLOW refuses whatever appears meanwhile.
+  unlink(tmp.c_str());
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     *err = fmt::format("state file {}: cannot create {}: {}", file, tmp, strerror(errno));
     return false;
@@ -131,6 +156,13 @@ LoadStatus load_state(const std::string& file, SavedState* s, std::string* err) 
     return LoadStatus::kRefused;
   }
   const std::string text = buf.str();
+  // Writing a JSON value out (the checksum is over the state's text) recurses once per
+  // level: a file nested thousands deep overflowed the stack. A state is 5 levels deep.
+  if (json_depth(text) > kMaxDepth) {
+    *err = fmt::format("state file {}: nested more than {} levels deep: not a virtlink state", file,
+                       kMaxDepth);
+    return LoadStatus::kRefused;
+  }
   const Json doc = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) {
     *err = fmt::format("state file {}: not valid JSON ({} bytes: truncated or corrupt)", file,

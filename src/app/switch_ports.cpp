@@ -2,8 +2,11 @@
 // (--db) and SIGHUP's reload. Members of app::Switch (app/switch.h); design:
 // docs/architecture.md, "Ports at run time".
 #include <sys/epoll.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -59,10 +62,88 @@ bool name_ok(const std::string& n, std::string* err) {
   const bool printable = std::all_of(n.begin(), n.end(), [](char ch) {
     return ch > ' ' && ch < 0x7f && ch != '=' && ch != ':';
   });
-  if (!n.empty() && n.size() <= kMaxNameLen && printable) return true;
-  *err = fmt::format("port name '{}': 1 to {} printable characters, without spaces, '=' or ':'",
+  // A name that reads as a flag (--if-exists: del-port would take it for the flag and the
+  // port could not be deleted) or as the word `all` (set-flush all, fdb all) is refused.
+  if (!n.empty() && n.size() <= kMaxNameLen && printable && n[0] != '-' && n != "all") return true;
+  *err = fmt::format("port name '{}': 1 to {} printable characters, without spaces, '=' or ':', "
+                     "not starting with '-', and not 'all'",
                      n.substr(0, kMaxNameLen), kMaxNameLen);
   return false;
+}
+
+/// No control characters (a newline would forge a line of the switch's log, which prints
+/// these): external ids, and the target of a port added at run time.
+bool printable_text(const std::string& s) {
+  return std::none_of(s.begin(), s.end(), [](char ch) {
+    return static_cast<unsigned char>(ch) < ' ' || ch == 0x7f;
+  });
+}
+
+/// How many external ids a port with `have` has after set-port sets `set` (an empty value
+/// removes a key: that makes room, and removing a key it lacks adds none).
+size_t ids_after(const std::map<std::string, std::string>& have,
+                 const std::map<std::string, std::string>& set) {
+  size_t n = have.size();
+  for (const auto& [k, v] : set) {
+    const bool has = have.count(k) != 0;
+    if (v.empty() && has) --n;
+    else if (!v.empty() && !has) ++n;
+  }
+  return n;
+}
+
+/// A set-port's KEY=VALUE settings into the port's record (external-id:KEY too). A removed
+/// id leaves no record behind: else every removal of a new key grew the record (and the
+/// state file) for good, past the bound on external ids.
+void record_settings(std::vector<std::string>* settings, const std::vector<std::string>& kv) {
+  for (const std::string& s : kv) {
+    std::string k, v;
+    if (!split_kv(s, &k, &v)) continue;
+    if (k.rfind(kExtId, 0) == 0 && v.empty()) {
+      std::erase_if(*settings, [&](const std::string& x) { return x.rfind(k + "=", 0) == 0; });
+      continue;
+    }
+    put_setting(settings, k, v);
+  }
+}
+
+/// A state file's external ids of one port within the bounds of set-port ("" if they are).
+std::string saved_ids_error(const std::map<std::string, std::string>& ids) {
+  if (ids.size() > kMaxExternalIds)
+    return fmt::format("{} external ids, at most {}", ids.size(), kMaxExternalIds);
+  for (const auto& [k, v] : ids) {
+    if (k.empty() || k.size() > kMaxIdKeyLen || v.size() > kMaxIdValueLen || !printable_text(k) ||
+        !printable_text(v))
+      return fmt::format("external id '{}': keys of 1 to {} bytes, values up to {}, no control "
+                         "characters", k.substr(0, 64), kMaxIdKeyLen, kMaxIdValueLen);
+  }
+  return "";
+}
+
+/// What a run-time vhost-user port's path must be, checked before anything opens (the
+/// request's fault: a usage error): absolute (the switch's working directory is not the
+/// client's), short enough for a socket address, and nothing but a socket where it exists.
+bool socket_path_ok(const port::PortConfig& pc, std::string* err) {
+  if (pc.type != port::PortType::kVhostUser) return true;
+  if (pc.path.empty() || pc.path[0] != '/') {
+    *err = fmt::format("port {}: socket path '{}' is not absolute", pc.name, pc.path);
+    return false;
+  }
+  sockaddr_un a;
+  if (!make_unix_addr(pc.path, &a, err)) return false;
+  struct stat st;
+  if (pc.mode == port::SocketMode::kServer && lstat(pc.path.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode)) {
+    *err = fmt::format("port {}: {} exists and is not a socket", pc.name, pc.path);
+    return false;
+  }
+  return true;
+}
+
+/// The port in slot i is part of a direct link or a tunnel: it cannot reopen in its slot
+/// (its peer or tunnels hold on to it), only be deleted and added again.
+bool pinned(const port::Port* p, const LinkManager& links, uint32_t i) {
+  const auto* u = dynamic_cast<const port::UplinkPort*>(p);
+  return (u && (u->is_underlay() || u->underlay())) || links.role(i)[0];
 }
 
 }  // namespace
@@ -73,6 +154,10 @@ bool Switch::parse_edit(const std::vector<std::string>& settings, PortEdit* e, s
     if (s.rfind(kExtId, 0) == 0) {
       if (!split_kv(s.substr(kExtId.size()), &k, &v)) {
         *err = fmt::format("'{}': expected external-id:KEY=VALUE", s);
+        return false;
+      }
+      if (!printable_text(k) || !printable_text(v)) {
+        *err = fmt::format("external-id '{}': no control characters", k.substr(0, 64));
         return false;
       }
       if (k.size() > kMaxIdKeyLen || v.size() > kMaxIdValueLen) {
@@ -213,6 +298,11 @@ bool Switch::add_port(const std::string& name, const std::string& type, const st
                        pc->path, p->name());
     return false;
   }
+  if (!printable_text(arg)) {
+    *err = fmt::format("port {}: its target has control characters", name);
+    return false;
+  }
+  if (!socket_path_ok(*pc, err)) return false;
   PortEdit e;
   e.cfg = *pc;
   if (!parse_edit(settings, &e, err)) return false;
@@ -324,9 +414,7 @@ bool Switch::set_port(const std::string& name, const std::vector<std::string>& k
   PortEdit e;
   e.cfg = old;
   if (!parse_edit(kv, &e, err)) return false;
-  size_t ids = external_ids_[*i].size();
-  for (const auto& [k, v] : e.set_ids) ids += external_ids_[*i].count(k) ? 0 : 1;
-  if (ids > kMaxExternalIds) {
+  if (ids_after(external_ids_[*i], e.set_ids) > kMaxExternalIds) {
     *err = fmt::format("at most {} external ids per port", kMaxExternalIds);
     return false;
   }
@@ -340,8 +428,7 @@ bool Switch::set_port(const std::string& name, const std::vector<std::string>& k
   }
   const bool restart = std::any_of(e.keys.begin(), e.keys.end(), [](const std::string& k) { return !live_key(k); }) &&
                        settings_key(e.cfg) != settings_key(old);
-  const auto* u = dynamic_cast<const port::UplinkPort*>(ports_[*i].get());
-  if (restart && ((u && (u->is_underlay() || u->underlay())) || links_.role(*i)[0])) {
+  if (restart && pinned(ports_[*i].get(), links_, *i)) {
     *err = fmt::format("port '{}' is in a direct link or a tunnel: those settings need it deleted "
                        "and added again", name);
     return false;
@@ -378,10 +465,7 @@ bool Switch::set_port(const std::string& name, const std::vector<std::string>& k
     if (v.empty()) external_ids_[*i].erase(k);
     else external_ids_[*i][k] = v;
   }
-  for (const std::string& s : kv) {
-    std::string k, v;
-    if (split_kv(s, &k, &v)) put_setting(&settings_[*i], k, v);  // external-id:KEY too
-  }
+  record_settings(&settings_[*i], kv);
   save_state();
   spdlog::info("port {}: set {}{}", name, fmt::join(kv, " "), restart ? " (the port reopened)" : "");
   *out = {{"port", name}, {"restarted", restart}, {"state", ports_[*i]->state()}};
@@ -434,7 +518,9 @@ bool Switch::restore_state(std::string* err) {
                      "config's definition is used", sp.name);
         continue;
       }
-      auto pc = parse_port_spec(sp.name + "=" + sp.type + ":" + sp.arg, &why);
+      // The bounds of add-port hold for what comes back from the file too.
+      auto pc = name_ok(sp.name, &why) ? parse_port_spec(sp.name + "=" + sp.type + ":" + sp.arg, &why)
+                                       : std::nullopt;
       if (pc) e.cfg = *pc;
     } else {
       const auto c = std::find_if(cfg_.ports.begin(), cfg_.ports.end(),
@@ -450,6 +536,7 @@ bool Switch::restore_state(std::string* err) {
       }
       e.cfg = *c;
     }
+    if (why.empty()) why = saved_ids_error(sp.external_ids);
     SwitchConfig cand = cfg_;
     bool ok = why.empty() && parse_edit(sp.settings, &e, &why);
     if (ok && sp.runtime) {
@@ -581,6 +668,15 @@ void Switch::reload_ports(const SwitchConfig& nc, control::Json* out) {
     e.cfg = c;
     if (!parse_edit(settings_[*i], &e, &err)) e.cfg = c;
     if (settings_key(e.cfg) == settings_key(ports_[*i]->config())) continue;
+    if (pinned(ports_[*i].get(), links_, *i)) {
+      // As set-port: reopening an underlay would leave its tunnels on the closed port
+      // (a use after free at their next frame or deletion), a linked port its peer.
+      err = fmt::format("port {} is in a direct link or a tunnel: its changed settings need it "
+                        "deleted and added again (or a restart)", c.name);
+      spdlog::error("reload: {}", err);
+      failed.push_back({{"port", c.name}, {"error", err}});
+      continue;
+    }
     const auto ids = external_ids_[*i];
     const auto settings = settings_[*i];
     const port::PortConfig old = ports_[*i]->config();

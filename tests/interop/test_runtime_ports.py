@@ -267,6 +267,40 @@ class RuntimePorts(unittest.TestCase):
             with open(db, "rb") as f:
                 self.assertEqual(f.read(), good)
 
+    @vltest.ctest("interop_runtime_ports_reload_pinned", timeout=60, asan=True)
+    def test_reload_keeps_a_tunnels_underlay(self):
+        """SIGHUP / ctl reload with a config that changes a setting of a vxlan tunnel's
+        underlay (a tap): the underlay is not reopened behind its tunnel's back (that left
+        the tunnel on the closed port, and deleting the tunnel then crashed the switch); the
+        reload says it failed for that port, the tunnel is still on its underlay and can be
+        deleted, and the next reload reopens the uplink."""
+        if os.geteuid() != 0:
+            self.skipTest("a tap device needs root")
+        tap = "vlrl%d" % (os.getpid() % 100000)
+        with vlguest.GuestTestbed(self) as tb:
+            cfg = os.path.join(tb.dir, "switch.toml")
+            base = ('forward = "bridge"\n[[port]]\nname = "a"\npath = "%s"\n'
+                    '[[port]]\nname = "up"\ntype = "tap"\npath = "%s"\n%s'
+                    '[[port]]\nname = "vx"\ntype = "vxlan"\n'
+                    'path = "uplink=up,local=10.77.0.1,vni=7,remote=10.77.0.2"\n')
+            with open(cfg, "w") as f:
+                f.write(base % (tb.sock("a"), tap, ""))
+            tb.start_switch(ports=[], extra=["--config", cfg])
+            with open(cfg, "w") as f:
+                f.write(base % (tb.sock("a"), tap, "mtu = 1400\n"))
+            r = tb.ctl("reload")
+            self.assertEqual(r["reopened"], [])
+            self.assertEqual([x["port"] for x in r["failed"]], ["up"])
+            self.assertIn("direct link or a tunnel", r["failed"][0]["error"])
+            shown = {p["name"]: p for p in tb.ctl("show")["ports"]}
+            self.assertEqual(shown["up"]["mtu"], 1500)
+            rc, _, err = ctl_rc(tb, "del-port", "vx")
+            self.assertEqual(rc, 0, err)
+            self.assertTrue(tb.switch.alive())
+            r = tb.ctl("reload")
+            self.assertEqual(r["reopened"], ["up"])
+            self.assertEqual(sorted(tb.ports_info()), ["a", "up"])
+
 
 if __name__ == "__main__":
     vltest.main(default_timeout=140)

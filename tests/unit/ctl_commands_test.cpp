@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 #include <thread>
@@ -162,6 +163,7 @@ class RunningSwitch : public ::testing::Test {
     }
     cfg.pmd.mode = dp::PmdMode::kInterrupt;  // the PMD thread sleeps: nothing to poll
     cfg.control_path = dir + "/ctl";
+    configure(&cfg);
     sw = std::make_unique<Switch>(std::move(cfg));
     loop = std::thread([this] { rc = sw->run(); });
     for (int i = 0; i < 250 && !std::filesystem::exists(dir + "/ctl"); ++i)
@@ -175,6 +177,7 @@ class RunningSwitch : public ::testing::Test {
     sw.reset();
     std::filesystem::remove_all(dir);
   }
+  virtual void configure(SwitchConfig*) {}
   bool ctl(const std::string& cmd, const std::vector<std::string>& argv, Json* out,
            std::string* err) {
     Json args = Json::object();
@@ -243,6 +246,61 @@ TEST_F(RunningSwitch, HandlersThroughTheTable) {
   EXPECT_EQ(r["guest_memory"], Json({{"mapped_bytes", 0}, {"limit_bytes", uint64_t{64} << 40},
                                      {"refused", 0}}));
   EXPECT_EQ(r["ports"][0]["guest_memory_refused"], 0);
+}
+
+// add-port and set-port against hostile arguments: every refusal is a usage error (ctl
+// exits 2) and changes nothing; names that read as a flag or as `all` (a port named
+// --if-exists could not be deleted), relative socket paths (the switch's working directory
+// is not the client's), a file that is not a socket, control characters (forged log lines);
+// removed external ids leave no record behind, and a removal makes room for another id.
+class RunningSwitchWithDb : public RunningSwitch {
+ protected:
+  void configure(SwitchConfig* cfg) override { cfg->db_path = dir + "/state.db"; }
+};
+
+TEST_F(RunningSwitchWithDb, RuntimePortsRefuseHostileArguments) {
+  Json r;
+  std::string err;
+  const std::string file = dir + "/regular";
+  { std::ofstream(file) << "x\n"; }
+  const std::vector<std::vector<std::string>> bad = {
+      {"--if-exists", "vhost-user", dir + "/f.sock"},
+      {"-x", "vhost-user", dir + "/f.sock"},
+      {"all", "vhost-user", dir + "/f.sock"},
+      {"rel", "vhost-user", "rel.sock"},
+      {"reg", "vhost-user", file},
+      {"long", "vhost-user", dir + "/" + std::string(120, 'y')},
+      {"nl", "vhost-user", dir + "/x\nFAKE log line"},
+      {"id", "vhost-user", dir + "/id.sock", "external-id:k=a\nFAKE"},
+  };
+  for (const auto& argv : bad) {
+    EXPECT_FALSE(ctl("add-port", argv, &r, &err)) << argv[0];
+    EXPECT_EQ(err.rfind("usage: ", 0), 0u) << argv[0] << ": " << err;
+  }
+  EXPECT_EQ(std::ifstream(file).get(), 'x');
+  ASSERT_TRUE(ctl("ports", {}, &r, &err)) << err;
+  EXPECT_EQ(r.size(), 2u);
+  ASSERT_TRUE(ctl("add-port", {"e", "vhost-user", dir + "/e.sock"}, &r, &err)) << err;
+  std::vector<std::string> gone = {"e"};
+  for (int i = 0; i < 60; ++i) gone.push_back("external-id:gone" + std::to_string(i) + "=");
+  for (int i = 0; i < 20; ++i) {
+    for (size_t k = 1; k < gone.size(); ++k) gone[k] = "external-id:gone" + std::to_string(i * 100 + k) + "=";
+    ASSERT_TRUE(ctl("set-port", gone, &r, &err)) << err;
+  }
+  // 1200 ids removed that never were: the state file does not grow with them.
+  EXPECT_LT(std::filesystem::file_size(dir + "/state.db"), 2000u);
+  std::vector<std::string> full = {"e"};
+  for (int i = 0; i < 64; ++i) full.push_back("external-id:k" + std::to_string(i) + "=v");
+  ASSERT_TRUE(ctl("set-port", full, &r, &err)) << err;
+  EXPECT_FALSE(ctl("set-port", {"e", "external-id:one-more=v"}, &r, &err));
+  EXPECT_EQ(err, "usage: at most 64 external ids per port");
+  ASSERT_TRUE(ctl("set-port", {"e", "external-id:k0=", "external-id:new=v"}, &r, &err)) << err;
+  ASSERT_TRUE(ctl("ports", {}, &r, &err)) << err;
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[2]["external_ids"].size(), 64u);
+  EXPECT_TRUE(r[2]["external_ids"].contains("new"));
+  EXPECT_FALSE(r[2]["external_ids"].contains("k0"));
+  ASSERT_TRUE(ctl("del-port", {"e"}, &r, &err)) << err;
 }
 
 // `ctl show`: the switch (who and how it runs, its PMD threads) and each port with its
