@@ -346,7 +346,8 @@ bool add_port_sendable(const std::vector<std::string>& argv) {
 }
 
 /// add-port [--may-exist] NAME TYPE ARG [KEY=VALUE ...]: a name of 1 to 64 printable
-/// characters without spaces, '=' or ':' (switch_ports.cpp); a name that exists is accepted
+/// characters without spaces, '=' or ':', not starting with '-' and not "all"
+/// (switch_ports.cpp); a name that exists is accepted
 /// only with --may-exist and the same type and path (created: false, its id); a path that
 /// is another port's is refused; a new port takes the first vacant slot, with the flush
 /// policy of its settings or the switch-wide one. Refused settings are the switch's call.
@@ -358,7 +359,7 @@ void check_add_port(const std::vector<std::string>& argv, const Reply& r, Model*
       die("add-port without NAME TYPE ARG: not its usage error", r.text);
     return;
   }
-  const bool name_ok = !a[0].empty() && a[0].size() <= 64 &&
+  const bool name_ok = !a[0].empty() && a[0].size() <= 64 && a[0][0] != '-' && a[0] != "all" &&
                        std::all_of(a[0].begin(), a[0].end(), [](char ch) {
                          return ch > ' ' && ch < 0x7f && ch != '=' && ch != ':';
                        });
