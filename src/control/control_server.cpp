@@ -106,13 +106,10 @@ bool ControlServer::listen(const std::string& path, const ListenOptions& opts, s
   // As for a vhost-user socket: nobody can connect before listen(), so the moment between
   // bind and chown/chmod exposes nothing.
   UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  const bool bound = s.valid() && bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  if (!bound ||
-      ((uid != static_cast<uint32_t>(-1) || gid != static_cast<uint32_t>(-1)) &&
-       chown(path.c_str(), uid, gid) != 0) ||
-      chmod(path.c_str(), opts.mode) != 0 || ::listen(s.get(), 64) != 0) {
+  if (!s.valid() || bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      !file_.record(path) || !file_.set_access(opts.mode, uid, gid) || ::listen(s.get(), 64) != 0) {
     *err = fmt::format("cannot listen on {}: {}", path, strerror(errno));
-    if (bound) unlink(path.c_str());
+    file_.remove();
     return false;
   }
   UniqueFd ep(epoll_create1(EPOLL_CLOEXEC));
@@ -121,7 +118,7 @@ bool ControlServer::listen(const std::string& path, const ListenOptions& opts, s
   ev.data.fd = s.get();
   if (!ep.valid() || epoll_ctl(ep.get(), EPOLL_CTL_ADD, s.get(), &ev) != 0) {
     *err = fmt::format("control socket: epoll: {}", strerror(errno));
-    unlink(path.c_str());
+    file_.remove();
     return false;
   }
   listen_ = std::move(s);
@@ -153,7 +150,7 @@ void ControlServer::close() {
   epoll_.reset();
   if (listen_.valid()) {
     listen_.reset();
-    unlink(path_.c_str());
+    file_.remove();
   }
 }
 

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/fd.h"
+#include "util/unix_socket.h"
 
 namespace vl::control {
 
@@ -144,6 +145,7 @@ class ControlServer {
   void with_identity(std::string* line) const;
   void remove(size_t i);
 
+  BoundSocketFile file_;  // the socket's file (util/unix_socket.h)
   UniqueFd listen_;
   UniqueFd epoll_;
   std::string path_;

@@ -66,19 +66,11 @@ bool VhostPort::set_socket_access(uint32_t mode, const std::string& owner, const
   gid_t gid;
   if (!resolve_access(owner, group, &uid, &gid, err)) return false;
   // On the listening socket's file (a client port's socket is its peer's: recorded only).
-  // lchown/fchmodat without following: the path is the switch's own socket file.
-  if (cfg_.mode == SocketMode::kServer && listen_.valid()) {
-    struct stat st;
-    if (lstat(cfg_.path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) {
-      *err = fmt::format("port {}: {} is no longer its socket", cfg_.name, cfg_.path);
-      return false;
-    }
-    if (((uid != static_cast<uid_t>(-1) || gid != static_cast<gid_t>(-1)) &&
-         lchown(cfg_.path.c_str(), uid, gid) != 0) ||
-        chmod(cfg_.path.c_str(), mode) != 0) {
-      *err = fmt::format("port {}: {}: {}", cfg_.name, cfg_.path, strerror(errno));
-      return false;
-    }
+  if (cfg_.mode == SocketMode::kServer && listen_.valid() && !file_.set_access(mode, uid, gid)) {
+    *err = errno == ESTALE
+               ? fmt::format("port {}: {} is no longer the socket file it made", cfg_.name, cfg_.path)
+               : fmt::format("port {}: {}: {}", cfg_.name, cfg_.path, strerror(errno));
+    return false;
   }
   cfg_.socket_mode = mode;
   cfg_.socket_owner = owner;
@@ -102,13 +94,13 @@ bool VhostPort::start(std::string* err) {
   }
   // The socket file is created with the umask's bits and then narrowed; nobody can connect
   // before listen(), so the moment between bind and chmod/chown exposes nothing.
+  // The file is known by its inode from bind() on (util/unix_socket.h BoundSocketFile).
   UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!s.valid() || bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ((uid != static_cast<uid_t>(-1) || gid != static_cast<gid_t>(-1)) &&
-       chown(cfg_.path.c_str(), uid, gid) != 0) ||
-      chmod(cfg_.path.c_str(), cfg_.socket_mode) != 0 || listen(s.get(), 4) != 0) {
+      !file_.record(cfg_.path) || !file_.set_access(cfg_.socket_mode, uid, gid) ||
+      listen(s.get(), 4) != 0) {
     *err = fmt::format("cannot listen on {}: {}", cfg_.path, strerror(errno));
-    if (s.valid()) unlink(cfg_.path.c_str());
+    file_.remove();
     down_ = true;
     return false;
   }
@@ -121,7 +113,7 @@ void VhostPort::stop() {
   if (backend_.connected()) backend_.disconnect();
   if (listen_.valid()) {
     listen_.reset();
-    unlink(cfg_.path.c_str());
+    file_.remove();  // only the file it made (a file put at the path since stays)
   }
 }
 

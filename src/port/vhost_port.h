@@ -15,6 +15,7 @@
 #include "port/port.h"
 #include "port/port_config.h"
 #include "util/fd.h"
+#include "util/unix_socket.h"
 #include "vhost/backend.h"
 
 namespace vl::port {
@@ -126,6 +127,7 @@ class VhostPort final : public Port, public vhost::DeviceHost {
   Quiescer* quiescer_;
   vhost::Backend backend_;
   UniqueFd listen_;
+  BoundSocketFile file_;  // the listening socket's file
   int kick_fd_[kMaxQueuePairs];  ///< transmit queues' kick fds registered with PMD threads
   QueueShared shared_[2 * kMaxQueuePairs];
   uint32_t dp_gen_ = 0;  ///< PortDp::gen of the last rebuild

@@ -1,5 +1,6 @@
 #include "util/unix_socket.h"
 
+#include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
 #include <sys/socket.h>
@@ -11,6 +12,8 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+
+#include "util/fd.h"
 
 namespace vl {
 
@@ -74,6 +77,49 @@ std::string missing_socket_dir(const std::string& path, const char* what) {
                      found             ? "is not a directory"
                      : errno == ENOENT ? "does not exist (create it first)"
                                        : strerror(errno));
+}
+
+bool BoundSocketFile::record(const std::string& path) {
+  struct stat st;
+  valid_ = false;
+  if (lstat(path.c_str(), &st) != 0) return false;
+  if (!S_ISSOCK(st.st_mode)) {
+    errno = ESTALE;
+    return false;
+  }
+  path_ = path;
+  dev_ = st.st_dev;
+  ino_ = st.st_ino;
+  valid_ = true;
+  return true;
+}
+
+bool BoundSocketFile::set_access(uint32_t mode, uint32_t uid, uint32_t gid) const {
+  if (!valid_) {
+    errno = ESTALE;
+    return false;
+  }
+  const UniqueFd f(open(path_.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st;
+  if (!f.valid() || fstat(f.get(), &st) != 0) return false;
+  if (!S_ISSOCK(st.st_mode) || st.st_dev != dev_ || st.st_ino != ino_) {
+    errno = ESTALE;
+    return false;
+  }
+  if ((uid != static_cast<uint32_t>(-1) || gid != static_cast<uint32_t>(-1)) &&
+      fchownat(f.get(), "", uid, gid, AT_EMPTY_PATH) != 0)
+    return false;
+  // chmod of an O_PATH descriptor's file: through its /proc link, which names the inode
+  // itself (as glibc's fchmodat(AT_SYMLINK_NOFOLLOW) does).
+  const std::string proc = fmt::format("/proc/self/fd/{}", f.get());
+  return chmod(proc.c_str(), mode) == 0;
+}
+
+void BoundSocketFile::remove() {
+  struct stat st;
+  if (valid_ && lstat(path_.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_)
+    unlink(path_.c_str());
+  valid_ = false;
 }
 
 }  // namespace vl

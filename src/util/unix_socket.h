@@ -1,6 +1,7 @@
 #pragma once
 // Unix-domain socket addresses for the vhost-user and control sockets, the owner and group
 // names of their files, and the directory a socket file goes into.
+#include <sys/types.h>
 #include <sys/un.h>
 
 #include <cstdint>
@@ -28,5 +29,29 @@ bool resolve_id(const std::string& s, bool group, uint32_t* id);
 /// /x/y.ctl: directory /x does not exist"): a socket file is never given a directory of
 /// its own making, which nobody would remove.
 std::string missing_socket_dir(const std::string& path, const char* what);
+
+/// A socket file this process bound, known by its identity (device, inode) read right
+/// after bind(): its owner and mode are set, and it is removed, only while its path still
+/// names that file. The switch runs as root; a file put at the path meanwhile (a symlink to
+/// another file, another process's socket) is never chown'ed, chmod'ed or unlinked.
+class BoundSocketFile {
+ public:
+  /// Right after bind() on `path`: records the file. False (errno set) if it is not a
+  /// socket.
+  bool record(const std::string& path);
+  /// chown (-1: unchanged) and chmod of the recorded file, through an O_PATH descriptor of
+  /// it (no symlink followed, no window between the check and the change). False with
+  /// errno set (ESTALE: the path no longer names the file).
+  bool set_access(uint32_t mode, uint32_t uid, uint32_t gid) const;
+  /// Unlinks the path if it still names the recorded file, and forgets it.
+  void remove();
+  bool valid() const { return valid_; }
+
+ private:
+  std::string path_;
+  dev_t dev_ = 0;
+  ino_t ino_ = 0;
+  bool valid_ = false;
+};
 
 }  // namespace vl
