@@ -186,7 +186,10 @@ bool Switch::start_datapath(std::string* err) {
   for (const bool tunnels : {false, true}) {
     for (uint32_t i = 0; i < ports_.size(); ++i) {
       if ((ports_[i]->config().type == port::PortType::kVxlan) != tunnels) continue;
-      if (!ports_[i]->start(err)) return false;
+      if (!ports_[i]->start(err)) {
+        if (err->rfind("port ", 0) != 0) *err = fmt::format("port {}: {}", ports_[i]->name(), *err);
+        return false;
+      }
       watch_port(i);
     }
   }

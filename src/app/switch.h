@@ -80,8 +80,9 @@ class Switch {
   /// `ctl del-port`: stops the port (its front-end sees the connection closed, its memory is
   /// unmapped, its socket file removed) and frees its slot. With `if_exists`, no such port
   /// is a success.
+  /// `by_reload`: the configuration read again dropped it (not a run-time deletion).
   bool del_port(const std::string& name, bool if_exists, control::Json* out, std::string* err,
-                bool* usage);
+                bool* usage, bool by_reload = false);
   /// `ctl set-port NAME key=value ...` (set_port_setting's keys, flush, external-id:K=V).
   bool set_port(const std::string& name, const std::vector<std::string>& kv, control::Json* out,
                 std::string* err, bool* usage);

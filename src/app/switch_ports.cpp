@@ -343,7 +343,7 @@ bool Switch::add_port(const std::string& name, const std::string& type, const st
 }
 
 bool Switch::del_port(const std::string& name, bool if_exists, control::Json* out, std::string* err,
-                      bool* usage) {
+                      bool* usage, bool by_reload) {
   *usage = true;
   const auto i = port_index(name);
   if (!i) {
@@ -364,13 +364,16 @@ bool Switch::del_port(const std::string& name, bool if_exists, control::Json* ou
   *usage = false;
   if (!links_.drop_port(*i, err)) return false;
   remove_port(*i);
-  const bool in_config = std::any_of(cfg_.ports.begin(), cfg_.ports.end(),
-                                     [&](const port::PortConfig& c) { return c.name == name; });
+  const bool in_config = !by_reload && std::any_of(cfg_.ports.begin(), cfg_.ports.end(),
+                                                   [&](const port::PortConfig& c) { return c.name == name; });
   if (in_config && std::find(deleted_.begin(), deleted_.end(), name) == deleted_.end())
     deleted_.push_back(name);
   save_state();
-  spdlog::info("port {}: deleted at run time{}", name,
-               in_config ? " (the config names it: a restart brings it back)" : "");
+  if (by_reload)
+    spdlog::info("port {}: deleted (the configuration read again no longer names it)", name);
+  else
+    spdlog::info("port {}: deleted at run time{}", name,
+                 in_config ? " (the config names it: a restart brings it back)" : "");
   *out = {{"port", name}, {"deleted", true}};
   return true;
 }
@@ -435,9 +438,9 @@ bool Switch::set_port(const std::string& name, const std::vector<std::string>& k
   }
   const bool access = std::any_of(e.keys.begin(), e.keys.end(), access_key);
   auto* vp = dynamic_cast<port::VhostPort*>(ports_[*i].get());
-  if (access && !vp) {
-    *err = fmt::format("port '{}': socket_mode, socket_owner and socket_group are vhost-user "
-                       "ports' settings", name);
+  if (access && (!vp || old.mode != port::SocketMode::kServer)) {
+    *err = fmt::format("port '{}': socket_mode, socket_owner and socket_group are settings of a "
+                       "vhost-user port that listens (a client port's socket is its peer's)", name);
     return false;
   }
   uint32_t id;
@@ -642,9 +645,9 @@ void Switch::reload_ports(const SwitchConfig& nc, control::Json* out) {
     std::string err;
     bool usage;
     control::Json r;
-    if (del_port(n, false, &r, &err, &usage)) removed.push_back(n);
+    if (del_port(n, false, &r, &err, &usage, /*by_reload=*/true)) removed.push_back(n);
     else failed.push_back({{"port", n}, {"error", err}});
-    std::erase(deleted_, n);  // not a run-time deletion: the config dropped it
+    std::erase(deleted_, n);
   }
   for (const port::PortConfig& c : nc.ports) {
     const auto i = port_index(c.name);

@@ -101,10 +101,21 @@ void print_uplink(const Json& p) {
                r["resolved"].get<bool>() ? r["next_hop"].get<std::string>() : std::string("not resolved (ARP)"));
 }
 
+/// "  external ids: k=v, ..." (OVS external_ids), when the port has some.
+void print_external_ids(const Json& p) {
+  const Json& ids = p.value("external_ids", Json::object());
+  if (!ids.is_object() || ids.empty()) return;
+  std::string t;
+  for (const auto& [k, v] : ids.items())
+    t += fmt::format("{}{}={}", t.empty() ? "" : ", ", k, v.is_string() ? v.get<std::string>() : v.dump());
+  fmt::print("  external ids: {}\n", t);
+}
+
 void print_ports(const Json& r) {
   for (const auto& p : r) {
     if (!p.contains("vrings")) {
       print_uplink(p);
+      print_external_ids(p);
       continue;
     }
     // mtu: the configured one (0: none) and the guest's (VIRTIO_NET_F_MTU, NET_SET_MTU).
@@ -116,6 +127,7 @@ void print_ports(const Json& r) {
                p["pmd"].get<int>() < 0 ? std::string("none") : std::to_string(p["pmd"].get<int>()),
                p["connects"].get<uint64_t>(), mtu(p.value("mtu_config", 0u)),
                mtu(p["mtu"].get<uint32_t>()), p["features"].get<std::string>(), vlan_text(p));
+    print_external_ids(p);
     if (const Json& e = p.value("last_connect_error", Json()); e.is_object())
       fmt::print("  last connect error: {} (errno {}) at {}, {} s ago; {} failed attempt(s) "
                  "since the last connect\n",

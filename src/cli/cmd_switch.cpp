@@ -316,8 +316,12 @@ int run_switch(const SwitchArgs& a) {
   app::Switch sw(std::move(cfg));
   // SIGHUP reads the same command line and --config file again (app/switch.h reload).
   sw.set_reloader([a](app::SwitchConfig* c, std::string* err) {
+    ErrorCapture why;  // build_config logs its reasons: the client gets them too
     if (build_config(a, c)) return true;
-    *err = "the configuration was refused (the switch's log says why); nothing changed";
+    std::string reasons;
+    for (const std::string& e : why.errors()) reasons += (reasons.empty() ? "" : "; ") + e;
+    *err = fmt::format("the configuration was refused{}{}; nothing changed",
+                       reasons.empty() ? "" : ": ", reasons.substr(0, 4096));
     return false;
   });
   return sw.run();

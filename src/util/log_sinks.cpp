@@ -1,5 +1,7 @@
 #include "util/log_sinks.h"
 
+#include <spdlog/details/null_mutex.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/sinks/systemd_sink.h>
@@ -16,7 +18,23 @@ namespace vl {
 namespace {
 constexpr const char* kStderrPattern = "%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v";
 constexpr const char* kFilePattern = "%Y-%m-%dT%H:%M:%S.%e %l %v";
+
+thread_local ErrorCapture* t_capture = nullptr;
+
+/// Hands error lines to the logging thread's ErrorCapture, if it has one (a sink runs on
+/// the thread that logs: the default logger is synchronous).
+class CaptureSink final : public spdlog::sinks::base_sink<spdlog::details::null_mutex> {
+ protected:
+  void sink_it_(const spdlog::details::log_msg& m) override {
+    if (t_capture && m.level >= spdlog::level::err)
+      t_capture->add(std::string(m.payload.data(), m.payload.size()));
+  }
+  void flush_() override {}
+};
 }  // namespace
+
+ErrorCapture::ErrorCapture() { t_capture = this; }
+ErrorCapture::~ErrorCapture() { t_capture = nullptr; }
 
 void init_logging() {
   spdlog::sink_ptr sink;
@@ -26,7 +44,8 @@ void init_logging() {
     sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
     sink->set_pattern(kStderrPattern);
   }
-  auto logger = std::make_shared<spdlog::logger>("virtlink", sink);
+  auto logger = std::make_shared<spdlog::logger>(
+      "virtlink", spdlog::sinks_init_list{sink, std::make_shared<CaptureSink>()});
   spdlog::set_default_logger(logger);
 }
 

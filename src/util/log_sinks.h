@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 namespace vl {
 
@@ -19,6 +20,24 @@ void init_logging();
 /// each line written as it is logged. Call before other threads log (the logger's sink
 /// list is not locked). False with `*err` when the file cannot be opened.
 bool add_log_file(const std::string& path, std::string* err);
+/// While one lives, the error lines this thread logs are also kept in it (the messages,
+/// without time or level): a command that fails through code that only logs its reasons
+/// (`ctl reload` reading the configuration) can give them to its client. Needs
+/// init_logging()'s logger; one per thread at a time.
+class ErrorCapture {
+ public:
+  ErrorCapture();
+  ~ErrorCapture();
+  ErrorCapture(const ErrorCapture&) = delete;
+  ErrorCapture& operator=(const ErrorCapture&) = delete;
+  const std::vector<std::string>& errors() const { return errors_; }
+  /// Called by the logger's capture sink (util/log_sinks.cpp).
+  void add(std::string line) { errors_.push_back(std::move(line)); }
+
+ private:
+  std::vector<std::string> errors_;
+};
+
 /// True when stderr is the stream systemd connected to the journal: JOURNAL_STREAM holds
 /// "DEVICE:INODE" of it (systemd.exec(5), "$JOURNAL_STREAM"), and fd 2 is that file.
 bool stderr_is_journal();

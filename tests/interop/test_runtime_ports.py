@@ -106,6 +106,8 @@ class RuntimePorts(unittest.TestCase):
                 self.assertGreater(len(guest_maps(pid)), len(maps0))
                 tb.ctl("set-port", "c", "external-id:owner=test")
                 self.assertEqual(tb.ports_info()["c"]["external_ids"]["owner"], "test")
+                self.assertIn("  external ids: iface-id=pod%d, owner=test\n" % cycle,
+                              tb.ctl("ports", json_out=False))
                 # The socket's permissions change in place: the front-end stays connected.
                 connects = tb.ports_info()["c"]["connects"]
                 out = tb.ctl("set-port", "c", "socket_mode=0660", "socket_group=daemon")
@@ -191,6 +193,10 @@ class RuntimePorts(unittest.TestCase):
             tb.ctl("add-port", "s", "vhost-user", tb.sock("s"), "flush=interval=50", "mtu=4000")
             tb.ctl("set-port", "a", "external-id:role=config-port", "flush=immediate")
             tb.ctl("del-port", "k")
+            # A client port's socket is its peer's: its permissions are not the switch's.
+            rc, _, err = ctl_rc(tb, "set-port", "c", "socket_mode=0660")
+            self.assertEqual(rc, 2, err)
+            self.assertIn("listens", err)
             # A setting that reopens the port keeps its own flush policy.
             self.assertTrue(raw_ctl(tb.ctl_path, "set-port", ["s", "mtu=5000"])["restarted"])
             self.assertEqual(tb.switch_stats()["s"]["flush"], "interval=50")

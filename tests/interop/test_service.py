@@ -15,6 +15,7 @@ sets them (systemd.service(5), sd_notify(3)).
 """
 import os
 import signal
+import subprocess
 import time
 import unittest
 
@@ -106,12 +107,20 @@ class Service(unittest.TestCase):
             self.assertTrue(status.startswith("reload refused ("), status)
             self.assertIn("2 port(s)", status)
             self.assertEqual(sorted(tb.ports_info()), ["a", "b"])
+            # `ctl reload` of that file fails (exit 1) and says why, not only in the log.
+            r = subprocess.run([vltest.VIRTLINK, "ctl", "--control", tb.ctl_path, "reload"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=10)
+            self.assertEqual(r.returncode, 1, r)
+            self.assertIn("sideways", r.stderr.decode(), r.stderr)
             # `ctl reload` is the same reload: the file drops b.
             with open(os.path.join(tb.dir, "switch.toml"), "w") as f:
                 f.write(config(tb, ["a"]))
             status = self.reload(tb, ns, lambda: tb.ctl("reload"))
             self.assertTrue(status.startswith("1 port(s)"), status)
             self.assertEqual(sorted(tb.ports_info()), ["a"])
+            self.assertIn("port b: deleted (the configuration read again no longer names it)",
+                          tb.switch.output())
+            self.assertNotIn("a restart brings it back", tb.switch.output())
             # SIGTERM (systemctl stop): STOPPING=1, exit status 0.
             n = len(ns.snapshot())
             self.assertEqual(tb.switch.stop(signal.SIGTERM, timeout=15), 0)
