@@ -32,6 +32,9 @@ PKGS=(
   # running as a service: sd_notify and the journal (src/util/service_notify.cpp,
   # src/util/log_sinks.cpp)
   libsystemd-dev
+  # the Prometheus endpoint (src/control/metrics_server.cpp: libmicrohttpd), and a real
+  # Prometheus server and promtool for its test (tests/interop/test_metrics.py)
+  libmicrohttpd-dev prometheus
   # the Debian package (debian/, tests/package/test_package.py): dpkg-buildpackage, debhelper,
   # lintian; help2man makes the man pages from --help; systemd-analyze verify checks the
   # unit offline; man-db (man -l) renders the pages

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include "control/metrics_server.h"
 #include "util/cpuset.h"
 #include "util/unix_socket.h"
 
@@ -537,6 +538,10 @@ constexpr RootKey kRootKeys[] = {
      [](const toml::node& v, SwitchConfig* c, std::string* e) {
        return get_str(v, "log_file", &c->log_file, e);
      }},
+    {"metrics",
+     [](const toml::node& v, SwitchConfig* c, std::string* e) {
+       return get_str(v, "metrics", &c->metrics, e);
+     }},
     {"mac_aging_s",
      [](const toml::node& v, SwitchConfig* c, std::string* e) {
        return get_int<uint32_t>(v, "mac_aging_s", 1, 1000000, &c->mac_aging_s, e);
@@ -695,6 +700,10 @@ bool validate_sockets(const SwitchConfig& cfg, std::string* err) {
 }  // namespace
 
 bool validate(const SwitchConfig& cfg, std::string* err, bool at_start) {
+  std::string maddr;
+  uint16_t mport;
+  if (!cfg.metrics.empty() && !control::MetricsServer::parse_listen(cfg.metrics, &maddr, &mport, err))
+    return false;
   if (cfg.ports.size() > port::kMaxPorts) {
     *err = fmt::format("{} ports, at most {}", cfg.ports.size(), port::kMaxPorts);
     return false;

@@ -34,6 +34,8 @@ struct SwitchConfig {
   std::string control_owner;
   std::string control_group;
   std::string log_file;        ///< TOML log_file: the log appended there too (empty: none)
+  /// --metrics / TOML metrics: "[ADDR:]PORT" of the Prometheus endpoint (empty: none).
+  std::string metrics;
   uint32_t mac_aging_s = 300;
   uint32_t burst = 32;
   uint32_t fdb_buckets = 1u << 16;

@@ -20,6 +20,7 @@ struct CounterBase {
   port::CounterSnapshot port[port::kMaxPorts];
   QueueCounts queue[port::kMaxPorts][port::kMaxQueuePairs];
   uint64_t age_hist[port::kMaxPorts][dp::QueueAgeStats::kBuckets] = {};
+  uint64_t age_sum[port::kMaxPorts] = {};
 };
 
 /// a - b, never below 0 (a baseline is never above the counter it was taken from).

@@ -220,6 +220,13 @@ constexpr CtlCommand kHandlers[] = {
     {"log-level", log_level},
 };
 
+/// Commands whose change the --db state file keeps.
+bool changes_state(std::string_view name) {
+  for (const char* n : {"add-port", "del-port", "set-port", "set-flush", "link", "unlink", "reload"})
+    if (name == n) return true;
+  return false;
+}
+
 const CtlCommand* find_handler(std::string_view name) {
   for (const CtlCommand& c : kHandlers)
     if (c.name == name) return &c;
@@ -249,8 +256,15 @@ bool add_ctl_commands(Switch& sw, control::ControlServer* server, std::string* e
                                                     std::string* e) { return h(sw, argv, out, e); });
       continue;
     }
-    server->add(spec, [&sw, h = c->handler](const CtlArgv& argv, Json* out, std::string* e) {
-      return h(sw, argv, out, e);
+    const bool changes = changes_state(spec.name);
+    server->add(spec, [&sw, h = c->handler, changes](const CtlArgv& argv, Json* out, std::string* e) {
+      const bool ok = h(sw, argv, out, e);
+      // A change the state file could not keep: done, and said (the client warns).
+      if (ok && changes && !sw.state_error().empty() && out->is_object())
+        (*out)["warning"] = fmt::format("the state file is behind: its last write failed ({}); "
+                                        "the change holds until the switch stops",
+                                        sw.state_error());
+      return ok;
     });
   }
   return true;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <ctime>
 #include <iterator>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -47,6 +48,9 @@ void take_counter_base(const SwitchView& sw, uint32_t p, CounterBase* base) {
       h += t->forwarder().queue_age(p).hist[b].load(std::memory_order_relaxed);
     base->age_hist[p][b] = h;
   }
+  base->age_sum[p] = 0;
+  for (const auto& t : sw.pmds.threads())
+    base->age_sum[p] += t->forwarder().queue_age(p).sum_ns.load(std::memory_order_relaxed);
   for (const auto& t : sw.pmds.threads()) t->clear_queue_age_max(p);
 }
 
@@ -244,11 +248,12 @@ uint64_t port_features(const port::Port& p) {
 /// Adds queue_age_max_ns and queue_age_histogram of output `port` to its stats object.
 void add_queue_age(const SwitchView& sw, uint32_t port, control::Json* out) {
   // Summed over PMD threads: each has its own intermediate queue for this port.
-  uint64_t max_ns = 0;
+  uint64_t max_ns = 0, sum_ns = 0;
   uint64_t hist[dp::QueueAgeStats::kBuckets] = {};
   for (const auto& t : sw.pmds.threads()) {
     const dp::QueueAgeStats& a = t->forwarder().queue_age(port);
     max_ns = std::max(max_ns, a.max_ns.load(std::memory_order_relaxed));
+    sum_ns += a.sum_ns.load(std::memory_order_relaxed);
     for (uint32_t b = 0; b < dp::QueueAgeStats::kBuckets; ++b)
       hist[b] += a.hist[b].load(std::memory_order_relaxed);
   }
@@ -262,6 +267,10 @@ void add_queue_age(const SwitchView& sw, uint32_t port, control::Json* out) {
   }
   (*out)["queue_age_max_ns"] = max_ns;
   (*out)["queue_age_histogram"] = h;
+  // Every bucket (below 2^(b+8) ns; the last one: above), and the sum of the ages: the
+  // Prometheus histogram (app/metrics_text.h).
+  (*out)["queue_age_buckets"] = control::Json(std::vector<uint64_t>(std::begin(hist), std::end(hist)));
+  (*out)["queue_age_sum_ns"] = since(sum_ns, sw.base.age_sum[port]);
 }
 
 /// Adds the port's rates over the tick's last sampling interval (app/port_rates.h).

@@ -1,4 +1,5 @@
 #include "app/state_db.h"
+#include "control/json_depth.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -69,24 +70,7 @@ bool from_json(const Json& j, SavedState* s, std::string* err) {
   }
 }
 
-/// Deepest nesting of arrays and objects in a JSON text (strings skipped).
-size_t json_depth(const std::string& s) {
-  size_t depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (const char ch : s) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (ch == '\\') escaped = true;
-      else if (ch == '"') in_string = false;
-      continue;
-    }
-    if (ch == '"') in_string = true;
-    else if (ch == '[' || ch == '{') deepest = std::max(deepest, ++depth);
-    else if ((ch == ']' || ch == '}') && depth > 0) --depth;
-  }
-  return deepest;
-}
-constexpr size_t kMaxDepth = 16;
+constexpr size_t kMaxDepth = control::kMaxJsonDepth;
 
 bool write_all(int fd, const std::string& text) {
   size_t off = 0;
@@ -158,7 +142,7 @@ LoadStatus load_state(const std::string& file, SavedState* s, std::string* err) 
   const std::string text = buf.str();
   // Writing a JSON value out (the checksum is over the state's text) recurses once per
   // level: a file nested thousands deep overflowed the stack. A state is 5 levels deep.
-  if (json_depth(text) > kMaxDepth) {
+  if (control::json_depth(text) > kMaxDepth) {
     *err = fmt::format("state file {}: nested more than {} levels deep: not a virtlink state", file,
                        kMaxDepth);
     return LoadStatus::kRefused;

@@ -11,6 +11,7 @@
 
 #include "app/ctl_commands.h"
 #include "app/json_views.h"
+#include "app/metrics_text.h"
 #include "app/state_db.h"
 #include "control/command_table.h"
 #include "util/clock.h"
@@ -25,6 +26,7 @@ namespace {
 constexpr uint64_t kKeyTimer = 1ull << 40;
 constexpr uint64_t kKeySignal = 2ull << 40;
 constexpr uint64_t kKeyControl = 3ull << 40;
+constexpr uint64_t kKeyMetrics = 4ull << 40;
 
 }  // namespace
 
@@ -63,6 +65,10 @@ bool Switch::setup(std::string* err) {
       cfg_.control_mode, cfg_.control_owner, cfg_.control_group, cfg_.control_path.empty()};
   if (!ctl_.listen(ctl_path, ctl_opts, err)) return false;
   epoll_add(ctl_.fd(), kKeyControl);
+  if (!cfg_.metrics.empty()) {  // before the ports: a scrape waits for nothing of theirs
+    if (!metrics_.start(cfg_.metrics, err)) return false;
+    epoll_add(metrics_.wake_fd(), kKeyMetrics);
+  }
   if (!add_ctl_commands(*this, &ctl_, err)) return false;
   if (!start_datapath(err)) return false;
   save_state();  // what the start made of the config and the state file
@@ -271,6 +277,8 @@ int Switch::run() {
           spdlog::info("signal {}: shutting down", si.ssi_signo);
           stop_.store(true);
         }
+      } else if (key == kKeyMetrics) {
+        metrics_.serve([this] { return metrics_text(stats(), pmd_stats(), show()); });
       } else if (key == kKeyControl) {
         ctl_.on_ready();
         ctl_turn = true;
@@ -336,6 +344,7 @@ uint32_t Switch::send_rarp(uint32_t from, const uint8_t mac[6], uint16_t vlan) {
 }
 
 void Switch::teardown() {
+  metrics_.stop();  // no scrape from here on (one waiting gets the last body)
   links_.shutdown();  // peers unmap; the rings return to the switch before it stops
   if (pmds_) pmds_->stop();  // no PMD thread runs from here on
   for (auto& p : ports_)

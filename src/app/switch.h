@@ -16,6 +16,7 @@
 #include "app/links.h"
 #include "app/port_rates.h"
 #include "control/control_server.h"
+#include "control/metrics_server.h"
 #include "dp/fdb.h"
 #include "dp/forwarder.h"
 #include "dp/pmd.h"
@@ -63,6 +64,9 @@ class Switch {
   void set_flush(uint32_t port, dp::FlushPolicy p);
   /// After a change the state file keeps (a link made or revoked): writes it.
   void state_changed() { save_state(); }
+  /// Why the last write of the --db state file failed ("" when it succeeded, or without
+  /// --db): the changes since hold until the switch stops.
+  const std::string& state_error() const { return state_error_; }
   /// The index of the port named `name`.
   std::optional<uint32_t> port_index(const std::string& name) const;
   LinkManager& links() { return links_; }
@@ -182,10 +186,12 @@ class Switch {
   std::vector<std::string> settings_[port::kMaxPorts];
   std::vector<std::string> deleted_;
   std::string flush_all_;
+  std::string state_error_;  // state_error()
   Reloader reloader_;
   LinkManager links_{&ports_};
   std::vector<int> watched_fd_ = std::vector<int>(port::kMaxPorts, -1);  // per slot: the fd in epoll_
   control::ControlServer ctl_;
+  control::MetricsServer metrics_;  // --metrics
   UniqueFd epoll_, timer_, signal_;
   std::atomic<bool> stop_{false};
   AnnounceLimiter announce_limit_;  ///< SEND_RARP per port (control thread)

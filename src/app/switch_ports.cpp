@@ -494,7 +494,10 @@ void Switch::save_state() {
   s.deleted = deleted_;
   s.flush = flush_all_;
   std::string err;
-  if (!app::save_state(cfg_.db_path, s, &err)) spdlog::error("{}", err);
+  state_error_.clear();
+  if (app::save_state(cfg_.db_path, s, &err)) return;
+  spdlog::error("{}", err);
+  state_error_ = err;
 }
 
 bool Switch::restore_state(std::string* err) {
@@ -609,6 +612,7 @@ bool Switch::apply_reload(control::Json* out, std::string* err) {
   need(nc.burst != cfg_.burst, "burst");
   need(nc.fdb_buckets != cfg_.fdb_buckets || nc.mac_limit != cfg_.mac_limit, "MAC table size or limit");
   need(nc.max_total_guest_memory != cfg_.max_total_guest_memory, "max_total_guest_memory");
+  need(nc.metrics != cfg_.metrics, "metrics");
   reload_ports(nc, out);
   // What changes at run time: MAC aging, the flush policy of every port without its own.
   cfg_.mac_aging_s = nc.mac_aging_s;

@@ -3,6 +3,7 @@
 #include <iterator>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/commands.h"
 #include "control/command_table.h"
@@ -99,6 +100,22 @@ void print_uplink(const Json& p) {
   for (const auto& r : t["remotes"])
     fmt::print("  remote {}: next hop {}\n", r["ip"].get<std::string>(),
                r["resolved"].get<bool>() ? r["next_hop"].get<std::string>() : std::string("not resolved (ARP)"));
+}
+
+/// `ctl reload`: what the configuration read again changed.
+void print_reload(const Json& r) {
+  auto names = [&](const char* key) {
+    std::string t;
+    for (const auto& n : r.value(key, Json::array()))
+      t += (t.empty() ? "" : ", ") + (n.is_string() ? n.get<std::string>() : n.value("port", std::string("?")));
+    return t.empty() ? std::string("none") : t;
+  };
+  fmt::print("configuration read again: added {}; removed {}; reopened {}\n", names("added"),
+             names("removed"), names("reopened"));
+  for (const auto& f : r.value("failed", Json::array()))
+    fmt::print("  not applied: port {}: {}\n", f.value("port", std::string("?")), f.value("error", std::string("?")));
+  if (const Json& n = r.value("needs_restart", Json::array()); !n.empty())
+    fmt::print("  needs a restart to take effect: {}\n", fmt::join(n.get<std::vector<std::string>>(), ", "));
 }
 
 /// "  external ids: k=v, ..." (OVS external_ids), when the port has some.
@@ -296,6 +313,8 @@ int run_ctl(const CtlArgs& a) {
     // usage error (exit 2, like every other one); any other failure of a command is 1.
     return err.rfind("unknown command", 0) == 0 || err.rfind("usage:", 0) == 0 ? 2 : 1;
   }
+  if (result.is_object() && result.contains("warning") && result["warning"].is_string())
+    fmt::print(stderr, "virtlink ctl {}: warning: {}\n", a.command, result["warning"].get<std::string>());
   if (a.json) {
     fmt::print("{}\n", result.dump(2));
     // stdout stays the result (an array for fdb, as before); a cut listing says so on
@@ -326,6 +345,7 @@ int run_ctl(const CtlArgs& a) {
     fmt::print("port {}: set{} ({})\n", result["port"].get<std::string>(),
                result["restarted"].get<bool>() ? ", reopened" : "", result["state"].get<std::string>());
   else if (a.command == "stats-clear") fmt::print("counters cleared\n");
+  else if (a.command == "reload") print_reload(result);
   else if (a.command == "show") print_show(result);
   else if (a.command == "log-level")
     fmt::print("log level {}{}\n", result["log_level"].get<std::string>(),

@@ -30,6 +30,9 @@ void add_state_options(CLI::App* s, SwitchArgs& a) {
                 "state file: ports, settings, external ids and links changed at run time are "
                 "written to FILE (atomically) and restored at the next start (README \"Ports "
                 "at run time\"); default: none");
+  s->add_option("--metrics", a.metrics,
+                "serve Prometheus metrics at http://[ADDR:]PORT/metrics (a port alone: "
+                "127.0.0.1; TOML metrics); default: none");
   s->add_option("--log-file", a.log_file,
                 "append the log to FILE too (created if absent, never truncated; TOML "
                 "log_file); under systemd the log also goes to the journal, else to stderr");
@@ -297,6 +300,7 @@ bool build_config(const SwitchArgs& a, app::SwitchConfig* out) {
     spdlog::error("--burst {} is above {}", cfg.burst, dp::kMaxBurst);
     return false;
   }
+  if (!a.metrics.empty()) cfg.metrics = a.metrics;
   std::string err;
   if (!app::validate(cfg, &err)) {
     spdlog::error("{}", err);

@@ -24,6 +24,7 @@ struct SwitchArgs {
   std::string control_owner;
   std::string control_group;
   std::string log_file;  ///< --log-file FILE: the log appended there too
+  std::string metrics;   ///< --metrics [ADDR:]PORT: the Prometheus endpoint
   uint32_t pmd_idle_us = 0;
   uint32_t mac_aging_s = 0;
   uint32_t burst = 0;

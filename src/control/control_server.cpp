@@ -1,4 +1,5 @@
 #include "control/control_server.h"
+#include "control/json_depth.h"
 
 #include <poll.h>
 #include <sys/epoll.h>
@@ -49,26 +50,7 @@ int64_t now_ms() { return static_cast<int64_t>(mono_ms()); }
 
 constexpr size_t kMaxLine = 1 << 16;  // request line, bytes
 
-/// Deepest nesting of arrays and objects in a JSON text (strings skipped). Parsing and
-/// copying a JSON value recurse once per level, so a request is refused before parsing
-/// when this is above kMaxDepth.
-size_t json_depth(const std::string& s) {
-  size_t depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (const char ch : s) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (ch == '\\') escaped = true;
-      else if (ch == '"') in_string = false;
-      continue;
-    }
-    if (ch == '"') in_string = true;
-    else if (ch == '[' || ch == '{') deepest = std::max(deepest, ++depth);
-    else if ((ch == ']' || ch == '}') && depth > 0) --depth;
-  }
-  return deepest;
-}
-constexpr size_t kMaxDepth = 16;
+constexpr size_t kMaxDepth = kMaxJsonDepth;
 
 bool write_all(int fd, const std::string& s) {
   size_t off = 0;

@@ -105,10 +105,12 @@ struct QueueAgeStats {
   }
   std::atomic<uint64_t> max_ns{0};
   std::atomic<uint64_t> hist[kBuckets] = {};
+  std::atomic<uint64_t> sum_ns{0};  ///< of every frame's age (a Prometheus histogram's _sum)
 
   void add(uint64_t age_ns, uint64_t n = 1) {
     std::atomic<uint64_t>& h = hist[bucket(age_ns)];
     h.store(h.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    sum_ns.store(sum_ns.load(std::memory_order_relaxed) + age_ns * n, std::memory_order_relaxed);
     if (age_ns > max_ns.load(std::memory_order_relaxed))
       max_ns.store(age_ns, std::memory_order_relaxed);
   }

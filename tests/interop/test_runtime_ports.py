@@ -169,6 +169,37 @@ class RuntimePorts(unittest.TestCase):
             self.assertLess(rss1 - rss0, 2048, "RSS grew by %d KiB over 200 cycles" % (rss1 - rss0))
             self.assertEqual(sorted(tb.ports_info()), ["a"])
 
+    @vltest.ctest("interop_runtime_ports_db_unwritable", timeout=60)
+    def test_db_unwritable(self):
+        """A state file that cannot be written (its directory gone): the change is made, and
+        the reply and `ctl` say the state file is behind (exit status 0); once it can be
+        written again the next change writes it and the warning is gone. `ctl reload`'s
+        text form says what changed."""
+        with vltest.Testbed(self) as tb:
+            sub = os.path.join(tb.dir, "state")
+            os.mkdir(sub)
+            db = os.path.join(sub, "state.json")
+            cfg = os.path.join(tb.dir, "switch.toml")
+            with open(cfg, "w") as f:
+                f.write('[[port]]\nname = "a"\npath = "%s"\n' % tb.sock("a"))
+            tb.start_switch(ports=[], forward="bridge", extra=["--config", cfg, "--db", db])
+            shutil.rmtree(sub)
+            rc, out, err = ctl_rc(tb, "add-port", "p", "vhost-user", tb.sock("p"))
+            self.assertEqual(rc, 0, err)
+            self.assertIn("warning: the state file is behind", err)
+            self.assertIn(db, err)
+            self.assertIn("p", tb.ports_info())
+            os.mkdir(sub)
+            out = tb.ctl("set-port", "p", "external-id:k=v")
+            self.assertNotIn("warning", out)
+            with open(db) as f:
+                saved = json.load(f)
+            self.assertIn("p", json.dumps(saved))
+            with open(cfg, "a") as f:
+                f.write('[[port]]\nname = "n"\npath = "%s"\n' % tb.sock("n"))
+            text = tb.ctl("reload", json_out=False)
+            self.assertIn("configuration read again: added n; removed none; reopened none", text)
+
     @vltest.ctest("interop_runtime_ports_db", timeout=150)
     def test_restart_with_db(self):
         """--db: ports added at run time (a client port whose DPDK peer is server=1, a server
