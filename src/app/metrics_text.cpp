@@ -179,7 +179,7 @@ std::string escape_label(const std::string& v) {
   return out;
 }
 
-std::string metrics_text(const Json& stats, const Json& pmd_stats, const Json& show) {
+std::string metrics_text(const Json& stats, const Json& pmd_stats, const Json& show, const Json& exporter) {
   Families m;
   const Json& sw = show.value("switch", Json::object());
   m.add("virtlink_info", "gauge", "The switch's version and forwarding mode (value 1).",
@@ -196,6 +196,10 @@ std::string metrics_text(const Json& stats, const Json& pmd_stats, const Json& s
   for (const auto& [k, v] : control.items())
     m.add(fmt::format("virtlink_control_{}_total", k), "counter",
           "Control socket clients (accepted, answered, dropped by reason).", "", num(v));
+  for (const auto& [k, v] : exporter.items())
+    m.add(fmt::format("virtlink_metrics_{}_total", k), "counter",
+          "The metrics endpoint's requests (scrapes, stale bodies, refused paths and methods).", "",
+          num(v));
   return m.text();
 }
 

@@ -13,8 +13,9 @@ namespace vl::app {
 /// port="NAME" (and queue="N", reason="...", work="..." where it has them), every
 /// counter of a PMD thread pmd="N"; counters end in _total, times are in seconds, sizes
 /// in bytes (Prometheus naming conventions). Label values are escaped (\\, \", \n).
+/// `exporter`: the endpoint's own counters ({"scrapes": N, ...}: virtlink_metrics_*_total).
 std::string metrics_text(const control::Json& stats, const control::Json& pmd_stats,
-                         const control::Json& show);
+                         const control::Json& show, const control::Json& exporter = control::Json::object());
 
 /// A label value in the exposition format's escaping (backslash, double quote, newline).
 std::string escape_label(const std::string& v);

@@ -278,7 +278,12 @@ int Switch::run() {
           stop_.store(true);
         }
       } else if (key == kKeyMetrics) {
-        metrics_.serve([this] { return metrics_text(stats(), pmd_stats(), show()); });
+        metrics_.serve([this] {
+          const control::MetricsServer::Counters& c = metrics_.counters();
+          const control::Json own = {{"scrapes", c.scrapes.load()}, {"stale", c.stale.load()},
+                                     {"not_found", c.not_found.load()}, {"bad_method", c.bad_method.load()}};
+          return metrics_text(stats(), pmd_stats(), show(), own);
+        });
       } else if (key == kKeyControl) {
         ctl_.on_ready();
         ctl_turn = true;

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 import unittest
+import urllib.error
 import urllib.request
 
 from vltestlib import vltest
@@ -28,6 +29,13 @@ def free_port():
 def get(url, timeout=5):
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return r.status, r.read().decode()
+
+
+def get_status(url):
+    try:
+        return get(url)[0]
+    except urllib.error.HTTPError as e:
+        return e.code
 
 
 class Prometheus:
@@ -103,6 +111,11 @@ class Metrics(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stdout.decode())
             self.assertIn('virtlink_port_drops_total{port="a",reason="no_rx_buffer"}', body)
             self.assertIn("virtlink_port_queue_age_seconds_bucket", body)
+            # The endpoint counts its own work: Prometheus' scrapes, and the 404 below.
+            self.assertEqual(get_status(url.replace("/metrics", "/nothing")), 404)
+            body = get(url)[1]
+            self.assertRegex(body, r"virtlink_metrics_scrapes_total (1[5-9]|[2-9][0-9]|[0-9]{3,})\n")
+            self.assertIn("virtlink_metrics_not_found_total 1\n", body)
             tb.stop_testpmd(rx)
 
     @vltest.ctest("readme_metrics_recipe", timeout=60)

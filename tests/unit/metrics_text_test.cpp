@@ -91,6 +91,13 @@ TEST(MetricsText, QueueAgeIsACumulativeHistogramInSeconds) {
   EXPECT_TRUE(has_line(t, "virtlink_port_queue_age_seconds_sum{port=\"vm\\\"1\"} 9e-06"));
 }
 
+TEST(MetricsText, TheEndpointsOwnCounters) {
+  const std::string t = metrics_text(Json::object(), Json::array(), Json::object(), {{"scrapes", 7}, {"stale", 1}});
+  EXPECT_TRUE(has_line(t, "virtlink_metrics_scrapes_total 7")) << t;
+  EXPECT_TRUE(has_line(t, "virtlink_metrics_stale_total 1"));
+  EXPECT_TRUE(has_line(t, "# TYPE virtlink_metrics_scrapes_total counter"));
+}
+
 TEST(MetricsText, LabelEscaping) {
   EXPECT_EQ(escape_label("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
   EXPECT_EQ(escape_label("plain"), "plain");
