@@ -189,10 +189,12 @@ class Migration(unittest.TestCase):
             self.assertEqual(fdb.get(MAC_A), "p2", "the bridge did not learn A's new port")
             self.assertGreater(st["p2"]["tx_packets"], 0)
             # The rings alone are a few pages per dirty-log sync (3-4 syncs); the receive
-            # buffers of megabytes delivered during the migration are hundreds (about 300
-            # here; 3-4 when deliver_frame's marking was disabled as a control, a case the md5
-            # does not catch: the guest drops the stale frames and TCP sends them again).
-            self.assertGreater(dirty, 64, "receive buffers not marked in the dirty log")
+            # buffers delivered during the migration add more, how many depends on how much
+            # of the transfer falls inside the logging window (about 300 once; 23, 41 and 77
+            # in runs on 2026-12-03, when 64 failed half the runs; 3-4 when deliver_frame's
+            # marking was disabled as a control, a case the md5 does not catch: the guest
+            # drops the stale frames and TCP sends them again).
+            self.assertGreater(dirty, 16, "receive buffers not marked in the dirty log")
             q2.close()
 
     @vltest.ctest("qemu_migration_rarp", timeout=170, qemu=True)
