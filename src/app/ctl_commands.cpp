@@ -199,6 +199,16 @@ bool version(Switch&, const CtlArgv&, Json* out, std::string*) {
   return true;
 }
 
+/// capture PORT DIR [--count N] [--snaplen B] [--duration S] [--bpf PROGRAM]: the frames
+/// follow the reply on the same connection (app/capture.h CaptureRecord).
+bool capture(Switch& sw, const CtlArgv& argv, Json* out, control::Takeover* take, std::string* err) {
+  return sw.capture(argv, out, take, err);
+}
+
+bool mirror(Switch& sw, const CtlArgv& argv, Json* out, std::string* err) {
+  return sw.mirror(argv, out, err);
+}
+
 constexpr CtlCommand kHandlers[] = {
     {"stats", stats},
     {"ports", ports},
@@ -217,6 +227,8 @@ constexpr CtlCommand kHandlers[] = {
     {"reload", reload},
     {"version", version},
     {"show", show},
+    {"capture", nullptr, nullptr, capture},
+    {"mirror", mirror},
     {"log-level", log_level},
 };
 
@@ -249,6 +261,13 @@ bool add_ctl_commands(Switch& sw, control::ControlServer* server, std::string* e
     if (!c) {
       *err = fmt::format("control command '{}' has no handler", spec.name);
       return false;
+    }
+    if (c->takeover) {
+      server->add_takeover(spec, [&sw, h = c->takeover](const CtlArgv& argv, Json* out,
+                                                        control::Takeover* take, std::string* e) {
+        return h(sw, argv, out, take, e);
+      });
+      continue;
     }
     if (c->stream) {
       server->add_stream(spec, [&sw, h = c->stream](const CtlArgv& argv,

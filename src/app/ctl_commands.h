@@ -23,10 +23,15 @@ using CtlHandler = bool (*)(Switch& sw, const CtlArgv& argv, control::Json* out,
 using CtlStreamHandler = bool (*)(Switch& sw, const CtlArgv& argv,
                                   std::unique_ptr<control::ReplyStream>* out, std::string* err);
 
+/// A handler that keeps the connection after its reply (control::TakeoverHandler).
+using CtlTakeoverHandler = bool (*)(Switch& sw, const CtlArgv& argv, control::Json* out,
+                                    control::Takeover* take, std::string* err);
+
 struct CtlCommand {
   std::string_view name;  ///< a row of control::switch_commands()
   CtlHandler handler;     ///< or, null, the command's reply is streamed:
   CtlStreamHandler stream = nullptr;
+  CtlTakeoverHandler takeover = nullptr;  ///< or its connection is taken over
 };
 
 /// One handler per command of control::switch_commands().

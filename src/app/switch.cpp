@@ -352,6 +352,7 @@ void Switch::teardown() {
   metrics_.stop();  // no scrape from here on (one waiting gets the last body)
   links_.shutdown();  // peers unmap; the rings return to the switch before it stops
   if (pmds_) pmds_->stop();  // no PMD thread runs from here on
+  capture_.reset();  // its sessions end ("switch stopping"), its rings go
   for (auto& p : ports_)
     if (p) p->stop();  // rings stopped, memory unmapped, socket files removed
   ctl_.close();
@@ -368,7 +369,8 @@ control::Json Switch::stats() const {
   const control::ControlServer::Counters& c = ctl_.counters();
   j["control"] = {{"accepted", c.accepted},         {"answered", c.answered},
                   {"streamed", c.streamed},         {"dropped_slow", c.dropped_slow},
-                  {"dropped_idle", c.dropped_idle}, {"dropped_excess", c.dropped_excess}};
+                  {"dropped_idle", c.dropped_idle}, {"dropped_excess", c.dropped_excess},
+                  {"handed_over", c.handed_over}};
   return j;
 }
 
@@ -388,9 +390,12 @@ control::Json Switch::ports_info() const { return ports_json(view()); }
 control::Json Switch::show() const {
   // (A prepared switch served by the caller's own server, prepare(): the configured path.)
   const std::string& cfg_path = cfg_.control_path;
-  return show_json(view(), !ctl_.path().empty() ? ctl_.path()
-                           : cfg_path.empty()   ? control::default_control_path()
-                                                : cfg_path);
+  control::Json j = show_json(view(), !ctl_.path().empty() ? ctl_.path()
+                                      : cfg_path.empty()   ? control::default_control_path()
+                                                           : cfg_path);
+  j["mirrors"] = mirrors();
+  j["captures"] = capture_ ? capture_->stats() : control::Json{{"sessions", 0}, {"started", 0}, {"frames", 0}};
+  return j;
 }
 
 void Switch::sample_rates() {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "app/announce_limiter.h"
+#include "app/capture.h"
 #include "app/config.h"
 #include "app/counter_base.h"
 #include "app/links.h"
@@ -102,7 +103,20 @@ class Switch {
   /// bracketed by RELOADING=1 and READY=1 (with STATUS=, saying so when it was refused).
   bool reload(control::Json* out, std::string* err);
 
+  // Capture and mirroring (app/switch_observe.cpp; docs/architecture.md "Capture and
+  // mirroring").
+  /// `ctl capture PORT rx|tx|both [--count N] [--snaplen B] [--duration S] [--bpf P]`:
+  /// checks the request and gives `*take`, which starts the session on the connection.
+  bool capture(const std::vector<std::string>& argv, control::Json* out, control::Takeover* take,
+               std::string* err);
+  /// `ctl mirror PORT rx|tx|both to OUTPORT`, `ctl mirror PORT off`.
+  bool mirror(const std::vector<std::string>& argv, control::Json* out, std::string* err);
+  /// Every mirror: [{"port", "rx", "tx"}] (the ports their frames go to, or null).
+  control::Json mirrors() const;
+
  private:
+  /// A port deleted: its captures end, its mirrors (either end) go.
+  void observe_port_gone(uint32_t i);
   /// Closes port `i` and opens it in its slot with `next` (its external ids, settings
   /// and flush policy kept); if that fails, with `old` again. False with `*err` when
   /// `next` did not open (and says whether the port is back as it was or deleted).
@@ -173,6 +187,9 @@ class Switch {
   /// --max-total-guest-memory, shared by every port (declared before ports_: it outlives
   /// their shares).
   vhost::MemoryBudget mem_budget_;
+  /// Created by the first `ctl capture`; declared before pmds_, so it outlives the PMD
+  /// threads that write its rings.
+  std::unique_ptr<CaptureService> capture_;
   std::unique_ptr<dp::PmdSet> pmds_;
   /// By slot (port id); null in a vacant slot (tables_.ports points at vacant_ there).
   std::vector<std::unique_ptr<port::Port>> ports_;

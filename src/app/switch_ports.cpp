@@ -363,6 +363,7 @@ bool Switch::del_port(const std::string& name, bool if_exists, control::Json* ou
   }
   *usage = false;
   if (!links_.drop_port(*i, err)) return false;
+  observe_port_gone(*i);
   remove_port(*i);
   const bool in_config = !by_reload && std::any_of(cfg_.ports.begin(), cfg_.ports.end(),
                                                    [&](const port::PortConfig& c) { return c.name == name; });

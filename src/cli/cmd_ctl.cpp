@@ -19,6 +19,12 @@ void add_ctl_command(CLI::App& app, CtlArgs& a) {
   c->add_flag("--json", a.json, "print the reply as JSON");
   c->add_flag("--may-exist", a.may_exist, "add-port: a port of that name, type and target is a success");
   c->add_flag("--if-exists", a.if_exists, "del-port: no such port is a success");
+  c->add_option("--file", a.file, "capture: the pcap file to write (- : standard output)");
+  c->add_option("--count", a.count, "capture: stop after this many frames");
+  c->add_option("--snaplen", a.snaplen, "capture: bytes kept of each frame (default 262144)")
+      ->check(CLI::Range(14, 262144));
+  c->add_option("--duration", a.duration_s, "capture: stop after this many seconds");
+  c->add_option("--filter", a.filter, "capture: only frames this tcpdump expression matches");
   c->add_option("command", a.command, control::command_synopsis())->required();
   c->add_option("args", a.args, "command arguments");
   c->footer("Commands:\n" + control::command_help());
@@ -296,6 +302,7 @@ int run_ctl(const CtlArgs& a) {
     fmt::print(stderr, "virtlink ctl {}: {}\n", a.command, control::usage_error(*spec));
     return 2;
   }
+  if (a.command == "capture") return run_ctl_capture(a, path);
   Json args = Json::object();
   std::vector<std::string> argv = a.args;
   // The flags travel as the switch reads them: words of argv (app/ctl_commands.cpp).

@@ -52,9 +52,19 @@ struct CtlArgs {
   bool json = false;
   bool may_exist = false;  ///< add-port --may-exist
   bool if_exists = false;  ///< del-port --if-exists
+  // capture (cli/ctl_capture.cpp)
+  std::string file;        ///< the pcap file ctl writes; "-": standard output
+  uint64_t count = 0;      ///< frames (0: until stopped)
+  uint32_t snaplen = 262144;  ///< bytes kept of each frame
+  uint64_t duration_s = 0;    ///< seconds (0: until stopped)
+  std::string filter;      ///< a tcpdump filter expression, compiled by ctl (libpcap)
 };
 void add_ctl_command(CLI::App& app, CtlArgs& a);
 int run_ctl(const CtlArgs& a);
+/// `virtlink ctl capture PORT rx|tx|both --file F|- ...`: ctl opens the file and writes
+/// the frames the switch streams to it (app/capture.h). Exit status: 0, 1 (a failure: the
+/// switch, the file), 2 (usage).
+int run_ctl_capture(const CtlArgs& a, const std::string& control_path);
 
 struct GenArgs {
   std::vector<std::string> ports;

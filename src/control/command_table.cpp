@@ -41,6 +41,14 @@ constexpr CommandSpec kCommands[] = {
     {"version", "", 0, 0, "", "the switch's version"},
     {"show", "", 0, 0, "",
      "one screen: the switch (version, pid, control, forward, PMD threads), ports, links"},
+    {"capture", "PORT rx|tx|both --file F|- [--count N] [--snaplen B] [--duration S] [--filter BPF]",
+     2, 10,
+     "usage: capture PORT rx|tx|both --file F|- [--count N] [--snaplen B] [--duration S] "
+     "[--filter BPF]",
+     "capture a port's frames into a pcap file that ctl writes (- : standard output)"},
+    {"mirror", "PORT rx|tx|both to OUTPORT | PORT off", 2, 4,
+     "usage: mirror PORT rx|tx|both to OUTPORT, or mirror PORT off",
+     "mirror a port's received and/or sent frames to another port (SPAN), or stop"},
     {"log-level", "[LEVEL]", 0, 1, "usage: log-level [LEVEL] (trace, debug, info, warn, error, off)",
      "set the switch's log level at run time (trace ... off); without LEVEL, show it"},
 };

@@ -127,6 +127,14 @@ void ControlServer::add_stream(const CommandSpec& spec, StreamHandler h) {
   };
 }
 
+void ControlServer::add_takeover(const CommandSpec& spec, TakeoverHandler h) {
+  takeovers_[std::string(spec.name)] = [spec, h = std::move(h)](const Json& args, Json* result,
+                                                               Takeover* take, std::string* e) {
+    std::vector<std::string> argv;
+    return check_args(spec, args, &argv, e) && h(argv, result, take, e);
+  };
+}
+
 void ControlServer::close() {
   clients_.clear();
   epoll_.reset();
@@ -303,6 +311,13 @@ bool ControlServer::pump(Client& c, bool slice) {
     c.out_off = 0;
     if (!c.stream) {
       ++counters_.answered;
+      if (c.take) {  // the connection goes on elsewhere (add_takeover)
+        epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
+        ++counters_.handed_over;
+        Takeover take = std::move(c.take);
+        c.take = nullptr;
+        take(std::move(c.fd));
+      }
       return true;
     }
     set_events(c, 0);  // hang-ups and errors are still reported
@@ -352,10 +367,12 @@ void ControlServer::start_reply(Client& c, const std::string& line) {
     const std::string cmd = req["cmd"];
     auto it = handlers_.find(cmd);
     auto st = streams_.find(cmd);
-    if (it == handlers_.end() && st == streams_.end()) {
+    auto tk = takeovers_.find(cmd);
+    if (it == handlers_.end() && st == streams_.end() && tk == takeovers_.end()) {
       std::set<std::string> names;
       for (const auto& [name, h] : handlers_) names.insert(name);
       for (const auto& [name, h] : streams_) names.insert(name);
+      for (const auto& [name, h] : takeovers_) names.insert(name);
       std::string known;
       for (const std::string& name : names) known += (known.empty() ? "" : ", ") + name;
       reply = {{"ok", false}, {"error", fmt::format("unknown command '{}' (commands: {})", cmd, known)}};
@@ -373,6 +390,14 @@ void ControlServer::start_reply(Client& c, const std::string& line) {
           }
           c.stream.reset();
           reply = {{"ok", false}, {"error", err}};
+        } else if (tk != takeovers_.end()) {
+          Takeover take;
+          if (tk->second(*args, &result, &take, &err)) {
+            reply = {{"ok", true}, {"result", result}};
+            c.take = std::move(take);
+          } else {
+            reply = {{"ok", false}, {"error", err}};
+          }
         } else if (it->second(*args, &result, &err)) {
           reply = {{"ok", true}, {"result", result}};
         } else {
@@ -415,6 +440,44 @@ bool request(const std::string& path, const std::string& cmd, const Json& args, 
   }
   *result = reply["result"];
   if (full) *full = std::move(reply);
+  return true;
+}
+
+bool request_session(const std::string& path, const std::string& cmd, const Json& args,
+                     Json* result, UniqueFd* conn, std::string* rest, std::string* err) {
+  sockaddr_un a;
+  if (!make_unix_addr(path, &a, err)) return false;
+  UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    *err = fmt::format("cannot reach the switch at {}: {}", path, strerror(errno));
+    return false;
+  }
+  set_timeout(s.get(), 5);
+  const Json req = {{"cmd", cmd}, {"args", args}};
+  std::string line;
+  if (!write_all(s.get(), req.dump() + "\n") || !read_line(s.get(), &line, kMaxLine)) {
+    *err = "no reply from the switch";
+    return false;
+  }
+  const size_t nl = line.find('\n');
+  if (nl == std::string::npos) {
+    *err = "malformed reply from the switch";
+    return false;
+  }
+  *rest = line.substr(nl + 1);
+  line.resize(nl);
+  Json reply = Json::parse(line, nullptr, false);
+  if (reply.is_discarded() || !reply.is_object()) {
+    *err = "malformed reply from the switch";
+    return false;
+  }
+  if (!reply.value("ok", false)) {
+    *err = reply.value("error", std::string("unknown error"));
+    return false;
+  }
+  *result = reply["result"];
+  set_timeout(s.get(), 0);  // the session's own pace from here
+  *conn = std::move(s);
   return true;
 }
 

@@ -43,6 +43,13 @@ class ReplyStream {
 };
 using StreamHandler = std::function<bool(const std::vector<std::string>& argv,
                                          std::unique_ptr<ReplyStream>* stream, std::string* err)>;
+/// Takes a client's connection once its reply line has left (a capture: the frames follow
+/// on the same socket, written by another thread). The connection is non-blocking.
+using Takeover = std::function<void(UniqueFd conn)>;
+/// A command that keeps its connection: fills `result` and `*take` or returns false with
+/// `*err` (answered as an error; the connection then closes as any other).
+using TakeoverHandler = std::function<bool(const std::vector<std::string>& argv, Json* result,
+                                           Takeover* take, std::string* err)>;
 
 /// Clients are multiplexed on the caller's (the control thread's) loop and never block
 /// it: requests are read without waiting, replies are written without waiting from a
@@ -71,6 +78,7 @@ class ControlServer {
     uint64_t dropped_idle = 0;   ///< sent no complete request within the budget
     uint64_t dropped_excess = 0; ///< the oldest, dropped at kMaxPending
     uint64_t streamed = 0;       ///< replies made in slices
+    uint64_t handed_over = 0;    ///< connections taken over after their reply (capture)
   };
 
   /// The control socket file's permissions (--control-mode, --control-owner,
@@ -99,6 +107,9 @@ class ControlServer {
   /// Adds the command of `spec` whose reply is made in slices: `h` checks the arguments
   /// and gives the stream (or returns false with `*err`, answered as an error).
   void add_stream(const CommandSpec& spec, StreamHandler h);
+  /// Adds the command of `spec` whose connection is handed over after its reply line
+  /// (TakeoverHandler): the server forgets the client then, budgets and all.
+  void add_takeover(const CommandSpec& spec, TakeoverHandler h);
   /// One turn: accepts new clients, reads what they sent, starts the reply of every
   /// complete request line, writes what each client's socket takes, makes one slice more
   /// of each streamed reply, and drops clients past their deadlines. Never blocks.
@@ -125,6 +136,7 @@ class ControlServer {
     std::string out;        // reply bytes not yet sent, from out_off
     size_t out_off = 0;
     std::unique_ptr<ReplyStream> stream;  // the rest of a streamed reply
+    Takeover take;          // takes the connection once the reply has left
     int64_t stall_ms = 0;   // replying: the time by which the socket must take a byte
     uint32_t events = 0;    // the epoll events registered for fd
     int64_t since_ms = 0;   // accepted at
@@ -154,6 +166,8 @@ class ControlServer {
   using RawStream =
       std::function<bool(const Json& args, std::unique_ptr<ReplyStream>*, std::string*)>;
   std::map<std::string, RawStream> streams_;
+  using RawTakeover = std::function<bool(const Json& args, Json*, Takeover*, std::string*)>;
+  std::map<std::string, RawTakeover> takeovers_;
   uint64_t turn_ = 0;
   std::vector<Client> clients_;
   int budget_ms_ = kRequestBudgetMs;
@@ -167,5 +181,12 @@ class ControlServer {
 /// the switch is unreachable, times out (5 s without a byte) or answers with an error.
 bool request(const std::string& path, const std::string& cmd, const Json& args, Json* result,
              std::string* err, Json* reply = nullptr);
+
+/// Client side of a command that keeps its connection (ControlServer::add_takeover): sends
+/// the request, reads the reply line and returns the connection (blocking, no timeout)
+/// in `*conn` with the bytes that followed the line in `*rest`. False with `*err` as
+/// request().
+bool request_session(const std::string& path, const std::string& cmd, const Json& args,
+                     Json* result, UniqueFd* conn, std::string* rest, std::string* err);
 
 }  // namespace vl::control

@@ -70,6 +70,8 @@ void Forwarder::enqueue(uint32_t out, uint16_t s) {
   ++sl.refs;
   burst_out_ |= bit(out);
   if (due_on_enqueue(policy_[out], q.n, tables_->burst)) flush_port(out, 0);
+  if (mirror_tx_ & bit(out)) [[unlikely]]
+    mirror_to(sl.src, tables_->obs.mirror_tx_to[out].load(std::memory_order_relaxed), &s, 1);
 }
 
 void Forwarder::enqueue_run(uint32_t out, const uint16_t* s, uint32_t n) {
@@ -77,6 +79,8 @@ void Forwarder::enqueue_run(uint32_t out, const uint16_t* s, uint32_t n) {
     for (uint32_t j = 0; j < n; ++j) enqueue(out, s[j]);
     return;
   }
+  if (mirror_tx_ & bit(out)) [[unlikely]]
+    mirror_to(pool_[s[0]].src, tables_->obs.mirror_tx_to[out].load(std::memory_order_relaxed), s, n);
   OutQueue& q = outq_[out];
   const uint32_t burst = tables_->burst;
   burst_out_ |= bit(out);
@@ -316,8 +320,57 @@ Drop Forwarder::split_into_slot(Slot& sl, const Chain& ch, uint32_t hdr_len) {
 // destination, flood what is unknown or multicast). Immediate queues, and queues that
 // reach a full burst, are delivered here.
 [[gnu::noinline]] void Forwarder::classify(uint32_t in) {
+  // Capture and mirroring (dp/observe.h): while none is on, this one test per burst.
+  const uint64_t orx = tables_->obs.rx.load(std::memory_order_acquire);
+  const uint64_t mtx = tables_->obs.mirror_tx.load(std::memory_order_relaxed);
+  if (((orx >> in) & 1) | (mtx != 0)) [[unlikely]] {
+    classify_observed(in, mtx);
+    return;
+  }
   if (tables_->vlans) [[unlikely]] classify_as<true>(in);
   else classify_as<false>(in);
+}
+
+[[gnu::noinline]] void Forwarder::classify_observed(uint32_t in, uint64_t mtx) {
+  Observe& obs = tables_->obs;
+  // The frames as their sender gave them, before any VLAN step.
+  if ((obs.tap_rx.load(std::memory_order_acquire) >> in) & 1)
+    tap(in, kTapRx, [this](uint32_t j) -> const Slot& { return pool_[burst_[j]]; }, nburst_, 0);
+  // (Mirrors are refused on a switch with VLANs, app/capture.h: no frame here has a tag
+  // to be edited for the mirror port.)
+  if (((obs.mirror_rx.load(std::memory_order_relaxed) >> in) & 1) && !tables_->vlans)
+    mirror_to(in, obs.mirror_rx_to[in].load(std::memory_order_relaxed), burst_, nburst_);
+  mirror_tx_ = tables_->vlans ? 0 : mtx;
+  if (tables_->vlans) classify_as<true>(in);
+  else classify_as<false>(in);
+  mirror_tx_ = 0;
+}
+
+void Forwarder::mirror_to(uint32_t src, uint32_t dst, const uint16_t* s, uint32_t n) {
+  if (!n || dst == src || dst >= tables_->nports.load(std::memory_order_relaxed) ||
+      !tables_->port(dst)->active())
+    return;
+  const uint64_t saved = mirror_tx_;
+  mirror_tx_ = 0;
+  enqueue_run(dst, s, n);
+  mirror_tx_ = saved;
+}
+
+template <class Get>
+void Forwarder::tap(uint32_t port, TapDir dir, Get&& frame, uint32_t n, uint64_t now) {
+  Observe& obs = tables_->obs;
+  HandoffRing* ring = obs.ring[thread_].load(std::memory_order_acquire);
+  if (!ring) return;
+  const uint32_t snap = obs.snaplen[port].load(std::memory_order_relaxed);
+  uint64_t missed = 0;
+  for (uint32_t j = 0; j < n; ++j) {
+    const Slot& sl = frame(j);
+    if (!ring->push(sl.segs, sl.nsegs, std::min(sl.len, snap), sl.hdr, static_cast<uint8_t>(port),
+                    dir, 0, sl.len, now ? now : sl.t_ns))
+      ++missed;
+  }
+  ring->publish();
+  if (missed) PortCounters::add(obs.missed[thread_][port][dir], missed);
 }
 
 template <bool kVlans>
@@ -828,8 +881,14 @@ uint32_t Forwarder::deliver_to(uint32_t o, uint32_t qi, Get&& frame, uint32_t n,
     if (tables_->vlans && !as_is) [[unlikely]] {  // frames as they leave o (tags added, removed)
       auto edited = [&](uint32_t j) -> const Slot& { return vlan_view(frame(j), o, j); };
       done = qp.rxq.visit([&](auto& q) { return deliver_queue(o, qi, &q, edited, n, now, keep_ns); });
+      if ((tables_->obs.tap_tx.load(std::memory_order_acquire) >> o) & 1) [[unlikely]]
+        tap(o, kTapTx, edited, done, now);
     } else {
       done = qp.rxq.visit([&](auto& q) { return deliver_queue(o, qi, &q, frame, n, now, keep_ns); });
+      // Captured as handed to the receive queue (delivered, or dropped there: no_rx_buffer,
+      // too_big), like a DPDK tx callback; frames kept for a retry when they are done.
+      if ((tables_->obs.tap_tx.load(std::memory_order_acquire) >> o) & 1) [[unlikely]]
+        tap(o, kTapTx, frame, done, now);
     }
   } else {
     for (uint32_t j = 0; j < n; ++j) counters_[frame(j).src].drop(Drop::kNoDestination);

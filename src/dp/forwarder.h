@@ -43,6 +43,7 @@
 #include "dp/flow_hash.h"
 #include "dp/flush.h"
 #include "dp/handoff.h"
+#include "dp/observe.h"
 #include "dp/vlan.h"
 #include "offload/deliver.h"
 #include "port/port.h"
@@ -87,6 +88,8 @@ struct SwitchTables {
   /// (their frames never enter the switch, so no MAC is learned on them). Set before the
   /// threads start, and by the control thread when a tunnel is added or deleted at run time.
   std::atomic<uint64_t> underlays{0};
+  /// Capture taps and mirrors (dp/observe.h), changed at run time.
+  Observe obs;
   static constexpr uint32_t kNoPeer = 0xffffffff;
 
   SwitchTables() {
@@ -241,6 +244,17 @@ class Forwarder {
   void refuse_taken(port::PortCounters& c, uint32_t k, uint16_t s, port::Drop why);
   void end_take(const BurstTake& bt);
   void classify(uint32_t in);
+  /// classify() while a capture or a mirror is on (`mtx`: Observe::mirror_tx): the burst
+  /// tapped and mirrored as port `in`'s settings say, then classified with mirror_tx_ set.
+  void classify_observed(uint32_t in, uint64_t mtx);
+  /// Copies `n` frames (`frame(j)`: a const Slot&) of `port` in direction `dir` into this
+  /// thread's capture ring, at most the port's snaplen bytes each (`now`: the tx time;
+  /// 0: each frame's own t_ns); frames that find it full are counted in Observe::missed.
+  template <class Get>
+  void tap(uint32_t port, TapDir dir, Get&& frame, uint32_t n, uint64_t now);
+  /// Enqueues slots `s[0..n)` (from port `src`) to mirror port `dst` too, unless it is
+  /// their sender or not active. A mirrored frame is not mirrored again.
+  void mirror_to(uint32_t src, uint32_t dst, const uint16_t* s, uint32_t n);
   /// classify() with SwitchTables::vlans: (VLAN, MAC) keys, flooding within the VLAN.
   template <bool kVlans>
   void classify_as(uint32_t in);
@@ -372,6 +386,7 @@ class Forwarder {
   uint32_t lean_n_ = 0;
   uint32_t lean_in_ = 0, lean_qi_ = 0;
   bool kept_ = false;             // flush_port kept frames for a retry since take_burst
+  uint64_t mirror_tx_ = 0;        // in classify_observed: outputs whose frames are mirrored
   Handed handed_[kMaxBurst];      // a batch of handed-off frames being delivered
   // vlan_view()'s edited frames of the batch being delivered: slots, segments, tags.
   Slot vlan_slot_[kOutQueueCap];

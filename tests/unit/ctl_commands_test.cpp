@@ -36,7 +36,9 @@ TEST(CtlCommandTable, SynopsisIsTheHelpOfCtl) {
             "stats | ports | fdb [PORT] [all] | pmd-stats | pmd-rxq-show | pmd-rebalance | "
             "set-flush PORT|all POLICY | links | link A B | unlink A B | "
             "add-port [--may-exist] NAME TYPE ARG [KEY=VALUE ...] | del-port [--if-exists] NAME | "
-            "set-port NAME KEY=VALUE ... | stats-clear | reload | version | show | log-level [LEVEL]");
+            "set-port NAME KEY=VALUE ... | stats-clear | reload | version | show | "
+            "capture PORT rx|tx|both --file F|- [--count N] [--snaplen B] [--duration S] "
+            "[--filter BPF] | mirror PORT rx|tx|both to OUTPORT | PORT off | log-level [LEVEL]");
 }
 
 TEST(CtlCommandTable, HelpListsEveryCommandWithItsHelp) {
@@ -60,7 +62,8 @@ TEST(CtlCommandTable, EveryRowHasOneHandlerAndEveryHandlerARow) {
   for (const control::CommandSpec& c : control::switch_commands()) rows.insert(c.name);
   for (const CtlCommand& c : ctl_commands()) {
     handlers.insert(c.name);
-    EXPECT_NE(c.handler == nullptr, c.stream == nullptr) << c.name;  // exactly one of them
+    // exactly one of them
+    EXPECT_EQ((c.handler != nullptr) + (c.stream != nullptr) + (c.takeover != nullptr), 1) << c.name;
   }
   EXPECT_EQ(rows, handlers);
   EXPECT_EQ(std::set<std::string_view>(rows.begin(), rows.end()).size(), rows.size());
@@ -195,8 +198,8 @@ TEST_F(RunningSwitch, UnknownCommandListsTheTable) {
   Json r;
   std::string err;
   EXPECT_FALSE(ctl("stat", {}, &r, &err));
-  EXPECT_EQ(err, "unknown command 'stat' (commands: add-port, del-port, fdb, link, links, "
-                 "log-level, pmd-rebalance, pmd-rxq-show, pmd-stats, ports, reload, set-flush, "
+  EXPECT_EQ(err, "unknown command 'stat' (commands: add-port, capture, del-port, fdb, link, links, "
+                 "log-level, mirror, pmd-rebalance, pmd-rxq-show, pmd-stats, ports, reload, set-flush, "
                  "set-port, show, stats, stats-clear, unlink, version)");
 }
 

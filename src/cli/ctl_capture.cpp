@@ -1,0 +1,202 @@
+// `virtlink ctl capture`: the client side of a capture session. ctl opens the file (the
+// switch never opens a path for a client) and writes the frames the switch streams over
+// the control connection with libpcap (docs/architecture.md "Capture and mirroring").
+#include <pcap/pcap.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "app/capture.h"
+#include "cli/commands.h"
+#include "control/control_server.h"
+
+namespace vl::cli {
+
+namespace {
+
+using control::Json;
+
+volatile sig_atomic_t g_stop = 0;
+void on_signal(int) { g_stop = 1; }
+
+/// SIGINT and SIGTERM end the capture (the switch is told, and sends its end record);
+/// without SA_RESTART, so a blocked read returns.
+void catch_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+/// The filter as the switch takes it ("CODE:JT:JF:K,..."); false with `*err`.
+bool compile_filter(pcap_t* dead, const std::string& expr, std::string* out, std::string* err) {
+  bpf_program prog{};
+  if (pcap_compile(dead, &prog, expr.c_str(), 1, PCAP_NETMASK_UNKNOWN) != 0) {
+    *err = fmt::format("bad filter '{}': {}", expr, pcap_geterr(dead));
+    return false;
+  }
+  for (u_int i = 0; i < prog.bf_len; ++i) {
+    const bpf_insn& x = prog.bf_insns[i];
+    *out += fmt::format("{}{}:{}:{}:{}", i ? "," : "", x.code, x.jt, x.jf, x.k);
+  }
+  pcap_freecode(&prog);
+  return true;
+}
+
+/// Reads the session's records from `conn` (after `rest`) into the dump until the end
+/// record; returns the exit status.
+class Receiver {
+ public:
+  Receiver(int conn, pcap_dumper_t* d, std::string rest, uint32_t snaplen, std::string file)
+      : conn_(conn), dump_(d), buf_(std::move(rest)), snaplen_(snaplen), file_(std::move(file)) {}
+
+  int run() {
+    char chunk[1 << 16];
+    for (;;) {
+      if (int st = 0; consume(&st)) return st;
+      if (g_stop && !told_) {
+        shutdown(conn_, SHUT_WR);  // the switch ends the session and sends its end record
+        told_ = true;
+      }
+      const ssize_t n = recv(conn_, chunk, sizeof chunk, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        fmt::print(stderr, "virtlink ctl capture: the switch closed the capture without its "
+                           "end record ({} frames written)\n", frames_);
+        return 1;
+      }
+      buf_.append(chunk, static_cast<size_t>(n));
+    }
+  }
+
+ private:
+  /// Takes the complete records in buf_; true when done (exit status in `*st`).
+  bool consume(int* st) {
+    size_t at = 0;
+    while (buf_.size() - at >= sizeof(app::CaptureRecord)) {
+      app::CaptureRecord r;
+      std::memcpy(&r, buf_.data() + at, sizeof r);
+      const bool frame = r.type == app::CaptureRecord::kFrame;
+      if ((!frame && r.type != app::CaptureRecord::kEnd) ||
+          (frame && (r.caplen > snaplen_ || r.caplen > r.len)) || r.caplen > (1u << 20)) {
+        fmt::print(stderr, "virtlink ctl capture: malformed stream from the switch\n");
+        *st = 1;
+        return true;
+      }
+      if (buf_.size() - at - sizeof r < r.caplen) break;
+      const auto* data = reinterpret_cast<const u_char*>(buf_.data() + at + sizeof r);
+      at += sizeof r + r.caplen;
+      if (!frame) {
+        *st = finish(std::string(reinterpret_cast<const char*>(data), r.caplen));
+        return true;
+      }
+      pcap_pkthdr h{};
+      h.ts.tv_sec = static_cast<time_t>(r.ts_ns / 1000000000);
+      h.ts.tv_usec = static_cast<suseconds_t>(r.ts_ns % 1000000000);  // (nanosecond file)
+      h.caplen = r.caplen;
+      h.len = r.len;
+      pcap_dump(reinterpret_cast<u_char*>(dump_), &h, data);
+      ++frames_;
+    }
+    buf_.erase(0, at);
+    if (at && !flushed()) {
+      fmt::print(stderr, "virtlink ctl capture: writing {}: {}\n", file_, strerror(errno));
+      shutdown(conn_, SHUT_RDWR);  // the switch ends the session
+      *st = 1;
+      return true;
+    }
+    return false;
+  }
+
+  /// Every frame so far is in the file. (A write that failed inside pcap_dump leaves only
+  /// the stream's error flag: fflush then has nothing to fail on.)
+  bool flushed() const { return pcap_dump_flush(dump_) == 0 && !ferror(pcap_dump_file(dump_)); }
+
+  int finish(const std::string& text) {
+    if (!flushed()) {
+      fmt::print(stderr, "virtlink ctl capture: writing {}: {}\n", file_, strerror(errno));
+      return 1;
+    }
+    const Json e = Json::parse(text, nullptr, false);
+    if (!e.is_object()) {
+      fmt::print(stderr, "virtlink ctl capture: malformed end record\n");
+      return 1;
+    }
+    const uint64_t gso = e.value("gso_frames", uint64_t{0});
+    fmt::print(stderr,
+               "virtlink ctl capture: {} frames captured ({}); {} missed (capture ring full), "
+               "{} missed (ctl too slow), {} filtered out{}\n",
+               e.value("captured", uint64_t{0}), e.value("reason", std::string("?")),
+               e.value("missed_ring", uint64_t{0}), e.value("missed_client", uint64_t{0}),
+               e.value("filtered", uint64_t{0}),
+               gso ? fmt::format("; {} are TSO/GSO frames as their sender gave them (larger "
+                                 "than the MTU, checksums partial)",
+                                 gso)
+                   : std::string());
+    return 0;
+  }
+
+  int conn_;
+  pcap_dumper_t* dump_;
+  std::string buf_;
+  uint32_t snaplen_;
+  std::string file_;
+  uint64_t frames_ = 0;
+  bool told_ = false;
+};
+
+}  // namespace
+
+int run_ctl_capture(const CtlArgs& a, const std::string& path) {
+  if (a.file.empty()) {
+    fmt::print(stderr, "virtlink ctl capture: --file F (or --file - for standard output) is needed\n");
+    return 2;
+  }
+  pcap_t* dead = pcap_open_dead_with_tstamp_precision(DLT_EN10MB, static_cast<int>(a.snaplen),
+                                                      PCAP_TSTAMP_PRECISION_NANO);
+  std::string bpf, err;
+  if (!a.filter.empty() && !compile_filter(dead, a.filter, &bpf, &err)) {
+    fmt::print(stderr, "virtlink ctl capture: {}\n", err);
+    pcap_close(dead);
+    return 2;
+  }
+  // The file first: one that cannot be written fails before the switch is asked.
+  pcap_dumper_t* d = a.file == "-" ? pcap_dump_fopen(dead, stdout) : pcap_dump_open(dead, a.file.c_str());
+  if (!d || pcap_dump_flush(d) != 0) {
+    fmt::print(stderr, "virtlink ctl capture: cannot write {}: {}\n", a.file,
+               d ? strerror(errno) : pcap_geterr(dead));
+    if (d) pcap_dump_close(d);
+    pcap_close(dead);
+    return 1;
+  }
+  std::vector<std::string> argv = a.args;
+  if (a.count) argv.insert(argv.end(), {"--count", std::to_string(a.count)});
+  argv.insert(argv.end(), {"--snaplen", std::to_string(a.snaplen)});
+  if (a.duration_s) argv.insert(argv.end(), {"--duration", std::to_string(a.duration_s)});
+  if (!bpf.empty()) argv.insert(argv.end(), {"--bpf", bpf});
+  Json result;
+  UniqueFd conn;
+  std::string rest;
+  catch_signals();
+  int st = 1;
+  if (!control::request_session(path, "capture", Json{{"argv", argv}}, &result, &conn, &rest, &err)) {
+    fmt::print(stderr, "virtlink ctl capture: {}\n", err);
+    st = err.rfind("usage:", 0) == 0 ? 2 : 1;
+  } else {
+    fmt::print(stderr, "virtlink ctl capture: port {} ({}) into {}; Ctrl-C stops\n",
+               result.value("port", std::string("?")), result.value("direction", std::string("?")),
+               a.file == "-" ? std::string("standard output") : a.file);
+    st = Receiver(conn.get(), d, std::move(rest), a.snaplen, a.file).run();
+  }
+  pcap_dump_close(d);
+  pcap_close(dead);
+  return st;
+}
+
+}  // namespace vl::cli
