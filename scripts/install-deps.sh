@@ -35,6 +35,8 @@ PKGS=(
   # the Prometheus endpoint (src/control/metrics_server.cpp: libmicrohttpd), and a real
   # Prometheus server and promtool for its test (tests/interop/test_metrics.py)
   libmicrohttpd-dev prometheus
+  # a real terminal for `virtlink top`'s test (tests/interop/test_top.py runs it in tmux)
+  tmux
   # the Debian package (debian/, tests/package/test_package.py): dpkg-buildpackage, debhelper,
   # lintian; help2man makes the man pages from --help; systemd-analyze verify checks the
   # unit offline; man-db (man -l) renders the pages
