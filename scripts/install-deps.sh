@@ -38,6 +38,8 @@ PKGS=(
   # packet capture (src/app/capture.cpp, src/cli/ctl_capture.cpp: libpcap) and tcpdump to
   # read what it wrote (tests/interop/test_capture.py)
   libpcap-dev tcpdump
+  # a real terminal for `virtlink top`'s test (tests/interop/test_top.py runs it in tmux)
+  tmux
   # the Debian package (debian/, tests/package/test_package.py): dpkg-buildpackage, debhelper,
   # lintian; help2man makes the man pages from --help; systemd-analyze verify checks the
   # unit offline; man-db (man -l) renders the pages

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes virtlink's man pages from the program's own --help with help2man: virtlink(1), and
-# virtlink-switch(1), virtlink-ctl(1), virtlink-gen(1), virtlink-vnf(1) from each
+# virtlink-switch(1), virtlink-ctl(1), virtlink-top(1), virtlink-gen(1), virtlink-vnf(1) from each
 # subcommand's help (bench's --help is its Python harness's, which the package does not
 # ship: virtlink(1) lists it). The NAME line of each subcommand's page is its line in
 # `virtlink --help`; scripts/man/*.h2m add FILES, ENVIRONMENT and SEE ALSO.
@@ -37,7 +37,7 @@ page() {  # page NAME DESCRIPTION
 }
 
 page virtlink "userspace virtio networking data plane (vhost-user switch)"
-for sub in switch ctl gen vnf; do
+for sub in switch ctl top gen vnf; do
   printf '#!/bin/sh\nexec virtlink %s "$@"\n' "$sub" >"$bindir/virtlink-$sub"
   chmod +x "$bindir/virtlink-$sub"
   desc=$(describe "$sub")

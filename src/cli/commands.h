@@ -66,6 +66,15 @@ int run_ctl(const CtlArgs& a);
 /// switch, the file), 2 (usage).
 int run_ctl_capture(const CtlArgs& a, const std::string& control_path);
 
+struct TopArgs {
+  std::string control;     ///< the switch's control socket ("": control::default_control_path())
+  double interval_s = 1;   ///< seconds between polls
+  std::string sort = "rx_pps";  ///< a column of app::kTopSortColumns
+  bool once = false;       ///< print one frame and exit (also when stdout is not a terminal)
+};
+void add_top_command(CLI::App& app, TopArgs& a);
+int run_top(const TopArgs& a);
+
 struct GenArgs {
   std::vector<std::string> ports;
   double rate_pps = 1e6;

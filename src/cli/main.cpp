@@ -1,6 +1,7 @@
 // virtlink: a userspace virtio networking data plane. Entry point with subcommands:
 //   switch  the vhost-user switch daemon
 //   ctl     talk to a running switch over its control socket
+//   top     a live view of a running switch (over its control socket)
 //   bench   benchmarks (bench/README.md)
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
@@ -37,6 +38,8 @@ int main(int argc, char** argv) {
   vl::cli::add_switch_command(app, sw);
   vl::cli::CtlArgs ctl;
   vl::cli::add_ctl_command(app, ctl);
+  vl::cli::TopArgs top;
+  vl::cli::add_top_command(app, top);
   vl::cli::GenArgs gen;
   vl::cli::add_gen_command(app, gen);
   vl::cli::VnfArgs vnf;
@@ -46,7 +49,7 @@ int main(int argc, char** argv) {
   // --log-level also after the subcommand (`virtlink switch --log-level debug ...`): an
   // option a subcommand does not know falls through to this level (bench passes its
   // extras to its harness instead).
-  for (const char* name : {"switch", "ctl", "gen", "vnf"}) app.get_subcommand(name)->fallthrough();
+  for (const char* name : {"switch", "ctl", "top", "gen", "vnf"}) app.get_subcommand(name)->fallthrough();
 
   try {
     app.parse(argc, argv);
@@ -59,6 +62,7 @@ int main(int argc, char** argv) {
   vl::set_log_level(level.c_str());
   if (app.got_subcommand("switch")) return vl::cli::run_switch(sw);
   if (app.got_subcommand("ctl")) return vl::cli::run_ctl(ctl);
+  if (app.got_subcommand("top")) return vl::cli::run_top(top);
   if (app.got_subcommand("gen")) return vl::cli::run_gen(gen);
   if (app.got_subcommand("vnf")) return vl::cli::run_vnf(vnf);
   if (app.got_subcommand("bench")) {

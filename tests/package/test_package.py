@@ -170,7 +170,8 @@ class Package(unittest.TestCase):
                   "/usr/share/doc/virtlink/copyright", "/usr/share/doc/virtlink/README.md.gz"):
             self.assertIn(p, paths)
         self.assertIn("/" + os.path.relpath(self.unit, self.root), paths)
-        for page in ("virtlink", "virtlink-switch", "virtlink-ctl", "virtlink-gen", "virtlink-vnf"):
+        for page in ("virtlink", "virtlink-switch", "virtlink-ctl", "virtlink-top", "virtlink-gen",
+                     "virtlink-vnf"):
             self.assertIn("/usr/share/man/man1/%s.1.gz" % page, paths)
         self.assertIn("-rwxr-xr-x root/root", [l for l in listing.splitlines()
                                                if l.endswith("/usr/bin/virtlink")][0])
