@@ -31,6 +31,10 @@
 // open as anything but a vhost-user socket in that directory (a tap, AF_XDP or DPDK port,
 // a tunnel, a path elsewhere) is not sent: the harness never creates interfaces, initialises
 // DPDK or binds outside its directory. Everything else is, valid or not.
+// A capture the switch would start (a port of the model and a direction) is not sent
+// either: its connection goes on as a stream of frames (app/capture.h), which is not a
+// reply line; capture requests it refuses are. A mirror's outcome is checked for its shape
+// (the model keeps no mirrors; every input's mirrors are turned off in the reset).
 // No connection is left pending after a reply. After every input that named a command that
 // changes state (set-flush, link, unlink, pmd-rebalance, add-port, del-port, set-port; valid
 // or not): `stats` answers with each port's flush policy as the model has it, `ports` with
@@ -515,6 +519,14 @@ void check_command(const std::string& cmd, const std::vector<std::string>& argv,
     if (!r.ok || r.result != Json({{"cleared", true}})) die("stats-clear: not {cleared: true}", r.text);
   } else if (cmd == "reload") {
     expect_error(r, "this switch cannot read its configuration again", "a reload without a command line");
+  } else if (cmd == "capture") {  // (one it would start is not sent: request())
+    if (r.ok) die("capture: a refusal expected", r.text);
+  } else if (cmd == "mirror") {
+    if (m->find(argv[0]) < 0) expect_error(r, "no port named '", "a mirror of an unknown port");
+    else if (r.ok && r.result.value("port", "") != argv[0]) die("mirror: not the port's", r.text);
+    else if (!r.ok && !starts(r.error, "mirror:") && !starts(r.error, "usage: mirror") &&
+             !starts(r.error, "no port named '"))
+      die("mirror: an unexpected error", r.text);
   } else {
     die("a command of the table this harness does not know: " + cmd, r.text);
   }
@@ -532,6 +544,11 @@ void request(const std::string& bytes, const std::string& line, Model* m) {
                   [](const Json& w) { return w.is_string(); }) &&
       !add_port_sendable(req["args"]["argv"].get<std::vector<std::string>>()))
     return;  // a port the harness does not open (not sent)
+  if (req.is_object() && req.value("cmd", Json()) == "capture" && req.contains("args") &&
+      req["args"].is_object() && req["args"].contains("argv") && req["args"]["argv"].is_array() &&
+      req["args"]["argv"].size() >= 2 && req["args"]["argv"][0].is_string() &&
+      m->find(req["args"]["argv"][0].get<std::string>()) >= 0)
+    return;  // a capture that could start (not sent: its connection becomes a stream)
   const Reply r = parse_reply(exchange(bytes));
   if (h->server.pending() != 0) die("a connection is left pending after its reply", r.text);
   if (nul) {
@@ -551,7 +568,7 @@ void request(const std::string& bytes, const std::string& line, Model* m) {
   const std::string cmd = req["cmd"].get<std::string>();
   const control::CommandSpec* spec = control::find_command(cmd);
   if (cmd == "set-flush" || cmd == "link" || cmd == "unlink" || cmd == "pmd-rebalance" ||
-      cmd == "add-port" || cmd == "del-port" || cmd == "set-port")
+      cmd == "add-port" || cmd == "del-port" || cmd == "set-port" || cmd == "mirror")
     m->touched = true;
   if (!spec) {
     expect_error(r, "unknown command '", "an unknown command");
@@ -603,6 +620,7 @@ void reset(Model* m) {
     own("add-port", {kPorts[i], "vhost-user", own_path(kPorts[i])}, m);
     if (m->find(kPorts[i]) != static_cast<int>(i)) die(std::string("port ") + kPorts[i] + " did not come back in its slot");
   }
+  for (const Slot* s : m->live()) own("mirror", {s->name, "off"}, m);
   bool other = m->flush_all != kDefaultFlush;
   for (const Slot* s : m->live()) other = other || s->flush != kDefaultFlush;
   if (other) own("set-flush", {"all", kDefaultFlush}, m);

@@ -878,22 +878,36 @@ uint32_t Forwarder::deliver_to(uint32_t o, uint32_t qi, Get&& frame, uint32_t n,
   shared->enter(thread_);  // self-check: this thread is the queue's only writer (port.h)
   // The receive ring's layout is chosen once per batch.
   if (qp.rxq && !qp.rxq.broken()) {
-    if (tables_->vlans && !as_is) [[unlikely]] {  // frames as they leave o (tags added, removed)
-      auto edited = [&](uint32_t j) -> const Slot& { return vlan_view(frame(j), o, j); };
-      done = qp.rxq.visit([&](auto& q) { return deliver_queue(o, qi, &q, edited, n, now, keep_ns); });
-      if ((tables_->obs.tap_tx.load(std::memory_order_acquire) >> o) & 1) [[unlikely]]
-        tap(o, kTapTx, edited, done, now);
+    // A capture of o's sent frames (dp/observe.h) and VLAN edits share the one test.
+    const bool tapped = (tables_->obs.tap_tx.load(std::memory_order_acquire) >> o) & 1;
+    if ((tables_->vlans && !as_is) | tapped) [[unlikely]] {
+      done = deliver_observed(o, qi, frame, n, now, keep_ns, as_is, tapped);
     } else {
       done = qp.rxq.visit([&](auto& q) { return deliver_queue(o, qi, &q, frame, n, now, keep_ns); });
-      // Captured as handed to the receive queue (delivered, or dropped there: no_rx_buffer,
-      // too_big), like a DPDK tx callback; frames kept for a retry when they are done.
-      if ((tables_->obs.tap_tx.load(std::memory_order_acquire) >> o) & 1) [[unlikely]]
-        tap(o, kTapTx, frame, done, now);
     }
   } else {
     for (uint32_t j = 0; j < n; ++j) counters_[frame(j).src].drop(Drop::kNoDestination);
   }
   shared->leave();
+  return done;
+}
+
+template <class Get>
+[[gnu::noinline]] uint32_t Forwarder::deliver_observed(uint32_t o, uint32_t qi, Get& frame, uint32_t n,
+                                                     uint64_t now, uint64_t keep_ns, bool as_is,
+                                                     bool tapped) {
+  const port::QueuePairDp& qp = tables_->port(o)->dp().qp[qi];
+  uint32_t done;
+  if (tables_->vlans && !as_is) {  // frames as they leave o (tags added, removed)
+    auto edited = [&](uint32_t j) -> const Slot& { return vlan_view(frame(j), o, j); };
+    done = qp.rxq.visit([&](auto& q) { return deliver_queue(o, qi, &q, edited, n, now, keep_ns); });
+    if (tapped) tap(o, kTapTx, edited, done, now);
+  } else {
+    done = qp.rxq.visit([&](auto& q) { return deliver_queue(o, qi, &q, frame, n, now, keep_ns); });
+    // Captured as handed to the receive queue (delivered, or dropped there: no_rx_buffer,
+    // too_big), like a DPDK tx callback; frames kept for a retry when they are done.
+    if (tapped) tap(o, kTapTx, frame, done, now);
+  }
   return done;
 }
 

@@ -283,6 +283,10 @@ class Forwarder {
   template <class Q, class Get>
   uint32_t deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, uint32_t n, uint64_t now,
                          uint64_t keep_ns);
+  /// deliver_to() with VLAN edits to make or a capture of o's sent frames (`tapped`).
+  template <class Get>
+  uint32_t deliver_observed(uint32_t o, uint32_t qi, Get& frame, uint32_t n, uint64_t now,
+                            uint64_t keep_ns, bool as_is, bool tapped);
   /// deliver_queue()'s steps: pass 1 (returns how many of rx[] it filled); a refused
   /// frame's drop counted (false: the receive queue stopped); a stopped receive queue's
   /// drops (`frames`) and log line; the batch's counters.
