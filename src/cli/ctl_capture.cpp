@@ -55,6 +55,8 @@ class Receiver {
  public:
   Receiver(int conn, pcap_dumper_t* d, std::string rest, uint32_t snaplen, std::string file)
       : conn_(conn), dump_(d), buf_(std::move(rest)), snaplen_(snaplen), file_(std::move(file)) {}
+  /// The end record's summary (after run() returned 0).
+  const Json& summary() const { return summary_; }
 
   int run() {
     char chunk[1 << 16];
@@ -128,6 +130,7 @@ class Receiver {
       fmt::print(stderr, "virtlink ctl capture: malformed end record\n");
       return 1;
     }
+    summary_ = e;
     const uint64_t gso = e.value("gso_frames", uint64_t{0});
     fmt::print(stderr,
                "virtlink ctl capture: {} frames captured ({}); {} missed (capture ring full), "
@@ -149,7 +152,22 @@ class Receiver {
   std::string file_;
   uint64_t frames_ = 0;
   bool told_ = false;
+  Json summary_;
 };
+
+/// What ctl prints beside the file once the capture ended, as every ctl command does: with
+/// --json the reply's result and the summary, else which switch answered; on stdout unless
+/// the frames went there.
+void print_outcome(const CtlArgs& a, const Json& result, const Json& summary, const Json& reply) {
+  FILE* out = a.file == "-" ? stderr : stdout;
+  if (a.json) {
+    fmt::print(out, "{}\n", Json{{"capture", result}, {"summary", summary}}.dump(2));
+    return;
+  }
+  if (const Json& who = reply.value("switch", Json()); who.is_object())
+    fmt::print(out, "(switch {} at {})\n", who.value("pid", int64_t{0}),
+               who.value("control", std::string("?")));
+}
 
 }  // namespace
 
@@ -180,21 +198,26 @@ int run_ctl_capture(const CtlArgs& a, const std::string& path) {
   argv.insert(argv.end(), {"--snaplen", std::to_string(a.snaplen)});
   if (a.duration_s) argv.insert(argv.end(), {"--duration", std::to_string(a.duration_s)});
   if (!bpf.empty()) argv.insert(argv.end(), {"--bpf", bpf});
-  Json result;
+  Json result, reply;
   UniqueFd conn;
   std::string rest;
   catch_signals();
   int st = 1;
-  if (!control::request_session(path, "capture", Json{{"argv", argv}}, &result, &conn, &rest, &err)) {
+  if (!control::request_session(path, "capture", Json{{"argv", argv}}, &result, &conn, &rest, &err,
+                                &reply)) {
     fmt::print(stderr, "virtlink ctl capture: {}\n", err);
     st = err.rfind("usage:", 0) == 0 ? 2 : 1;
   } else {
     fmt::print(stderr, "virtlink ctl capture: port {} ({}) into {}; Ctrl-C stops\n",
                result.value("port", std::string("?")), result.value("direction", std::string("?")),
                a.file == "-" ? std::string("standard output") : a.file);
-    st = Receiver(conn.get(), d, std::move(rest), a.snaplen, a.file).run();
+    Receiver rx(conn.get(), d, std::move(rest), a.snaplen, a.file);
+    st = rx.run();
+    pcap_dump_close(d);  // (stdout's frames before print_outcome's text on stderr)
+    d = nullptr;
+    if (st == 0) print_outcome(a, result, rx.summary(), reply);
   }
-  pcap_dump_close(d);
+  if (d) pcap_dump_close(d);
   pcap_close(dead);
   return st;
 }

@@ -444,7 +444,8 @@ bool request(const std::string& path, const std::string& cmd, const Json& args, 
 }
 
 bool request_session(const std::string& path, const std::string& cmd, const Json& args,
-                     Json* result, UniqueFd* conn, std::string* rest, std::string* err) {
+                     Json* result, UniqueFd* conn, std::string* rest, std::string* err,
+                     Json* full) {
   sockaddr_un a;
   if (!make_unix_addr(path, &a, err)) return false;
   UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -476,6 +477,7 @@ bool request_session(const std::string& path, const std::string& cmd, const Json
     return false;
   }
   *result = reply["result"];
+  if (full) *full = std::move(reply);
   set_timeout(s.get(), 0);  // the session's own pace from here
   *conn = std::move(s);
   return true;

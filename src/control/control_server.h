@@ -187,6 +187,7 @@ bool request(const std::string& path, const std::string& cmd, const Json& args, 
 /// in `*conn` with the bytes that followed the line in `*rest`. False with `*err` as
 /// request().
 bool request_session(const std::string& path, const std::string& cmd, const Json& args,
-                     Json* result, UniqueFd* conn, std::string* rest, std::string* err);
+                     Json* result, UniqueFd* conn, std::string* rest, std::string* err,
+                     Json* reply = nullptr);
 
 }  // namespace vl::control

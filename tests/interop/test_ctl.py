@@ -60,7 +60,10 @@ class Ctl(unittest.TestCase):
                        "unlink": ["a", "b"], "log-level": ["info"], "fdb": ["all"],
                        # each runs twice (--json, then text): the retry flags make that so
                        "add-port": ["--may-exist", "d", "vhost-user", tb.sock("d")],
-                       "del-port": ["--if-exists", "d"], "set-port": ["a", "external-id:k=v"]}
+                       "del-port": ["--if-exists", "d"], "set-port": ["a", "external-id:k=v"],
+                       # (a second of nothing: no traffic here; mirrors: not with VLANs, off is)
+                       "capture": ["a", "both", "--duration", "1", "--file", os.path.join(tb.dir, "c.pcap")],
+                       "mirror": ["a", "off"]}
             cmds = ctl_commands()
             self.assertIn("show", cmds)
             self.assertIn("log-level", cmds)
