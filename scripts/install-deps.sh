@@ -35,6 +35,9 @@ PKGS=(
   # the Prometheus endpoint (src/control/metrics_server.cpp: libmicrohttpd), and a real
   # Prometheus server and promtool for its test (tests/interop/test_metrics.py)
   libmicrohttpd-dev prometheus
+  # `ctl trace --pcap FILE` reads a capture's first frame (src/cli/ctl_trace.cpp: libpcap);
+  # tcpdump writes and reads captures in its test (tests/interop/test_trace.py)
+  libpcap-dev tcpdump
   # the Debian package (debian/, tests/package/test_package.py): dpkg-buildpackage, debhelper,
   # lintian; help2man makes the man pages from --help; systemd-analyze verify checks the
   # unit offline; man-db (man -l) renders the pages

@@ -52,6 +52,7 @@ struct CtlArgs {
   bool json = false;
   bool may_exist = false;  ///< add-port --may-exist
   bool if_exists = false;  ///< del-port --if-exists
+  std::string pcap;        ///< trace --pcap FILE
 };
 void add_ctl_command(CLI::App& app, CtlArgs& a);
 int run_ctl(const CtlArgs& a);

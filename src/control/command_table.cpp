@@ -43,6 +43,10 @@ constexpr CommandSpec kCommands[] = {
      "one screen: the switch (version, pid, control, forward, PMD threads), ports, links"},
     {"log-level", "[LEVEL]", 0, 1, "usage: log-level [LEVEL] (trace, debug, info, warn, error, off)",
      "set the switch's log level at run time (trace ... off); without LEVEL, show it"},
+    {"trace", "PORT HEX|--pcap FILE", 2, 3,
+     "usage: trace PORT HEX [LEN] (the frame's bytes in hex; LEN: its length when HEX is only "
+     "its first bytes), or virtlink ctl trace PORT --pcap FILE",
+     "what the switch would do with that frame arriving on PORT (changes nothing)"},
 };
 static_assert(kFdbShown == 1000, "the help line of fdb gives the number");
 
