@@ -60,7 +60,8 @@ class Ctl(unittest.TestCase):
                        "unlink": ["a", "b"], "log-level": ["info"], "fdb": ["all"],
                        # each runs twice (--json, then text): the retry flags make that so
                        "add-port": ["--may-exist", "d", "vhost-user", tb.sock("d")],
-                       "del-port": ["--if-exists", "d"], "set-port": ["a", "external-id:k=v"]}
+                       "del-port": ["--if-exists", "d"], "set-port": ["a", "external-id:k=v"],
+                       "trace": ["a", "ffffffffffff020000000001" + "88b5" + "00" * 46]}
             cmds = ctl_commands()
             self.assertIn("show", cmds)
             self.assertIn("log-level", cmds)
