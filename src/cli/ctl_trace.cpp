@@ -36,7 +36,10 @@ bool read_pcap(const std::string& file, std::vector<uint8_t>* bytes, uint32_t* l
                        pcap_datalink_val_to_name(link) ? pcap_datalink_val_to_name(link) : "?", link);
   } else if (rc != 1) {
     *err = fmt::format("--pcap {}: {}", file, rc == PCAP_ERROR_BREAK ? "no frame in it" : pcap_geterr(p));
-  } else if (h->len > virtio::kMaxFrameLen || h->caplen > h->len) {
+  } else if (h->caplen > h->len) {
+    *err = fmt::format("--pcap {}: its first frame's record is corrupt ({} bytes captured of {})",
+                       file, h->caplen, h->len);
+  } else if (h->len > virtio::kMaxFrameLen) {
     *err = fmt::format("--pcap {}: its first frame is of {} bytes, above the largest frame ({})",
                        file, h->len, virtio::kMaxFrameLen);
   } else {

@@ -72,7 +72,7 @@ TraceOut output(const SwitchTables& t, const TraceResult& r, uint32_t o, const u
       x.len = out_tagged ? x.len + kVlanTagLen : x.len - kVlanTagLen;
     }
   }
-  const port::PortDp::RxTargets& tg = d.rx_for[thread < port::kMaxPmdThreads ? thread : 0];
+  const port::PortDp::RxTargets& tg = d.rx_for[thread];
   x.queues = tg.n;
   auto drop = [&](Drop why, uint32_t on) {
     x.drop = why;
@@ -256,6 +256,7 @@ TraceResult trace_frame(const SwitchTables& t, uint32_t in, const uint8_t* p, ui
   TraceResult r;
   r.in = in;
   if (have < std::min(len, kTraceMinHead)) len = have;  // (the caller's precondition)
+  if (thread >= port::kMaxPmdThreads) thread = 0;
   r.h = parse_headers(p, have, len);
   r.mode = t.mode;
   r.vlans = t.vlans;

@@ -18,6 +18,7 @@
 
 #include "dp/fdb.h"
 #include "dp/forwarder.h"
+#include "dp/handoff.h"
 #include "fake_frontend.h"
 #include "port/vhost_port.h"
 
@@ -51,12 +52,15 @@ std::vector<uint8_t> edited(std::vector<uint8_t> f, int edit, uint16_t vid) {
   return f;
 }
 
-/// `n` ports (VhostPorts over socketpairs, MTU 1500: largest frame 1518), one PMD thread's
-/// Forwarder; port i is active unless listed in `idle` (its front-end never starts).
+/// `n` ports (VhostPorts over socketpairs, MTU 1500: largest frame 1518) and the Forwarder
+/// of each of `threads` PMD threads (thread 0 polls; with more, a port whose receive queue
+/// another thread writes gets its frames through a handoff ring); port i is active unless
+/// listed in `idle` (its front-end never starts).
 class Trace : public ::testing::Test {
  protected:
-  void start(uint32_t n, dp::ForwardMode mode, std::set<uint32_t> idle = {}) {
-    q = std::make_unique<FakeQuiescer>(1);
+  void start(uint32_t n, dp::ForwardMode mode, std::set<uint32_t> idle = {}, uint32_t threads = 1) {
+    q = std::make_unique<FakeQuiescer>(threads);
+    tables.pmd_threads = threads;
     fdb = std::make_unique<dp::Fdb>(1024, 64, 300);
     for (uint32_t i = 0; i < n; ++i) {
       ports.push_back(std::make_unique<port::VhostPort>(i, test::rig_port_config(i), q.get()));
@@ -74,7 +78,15 @@ class Trace : public ::testing::Test {
     tables.fdb = fdb.get();
     tables.now_s = 100;
     fdb->set_vlans(tables.vlans);
-    fw = std::make_unique<dp::Forwarder>(&tables, &dp::tsc_now_ns, 0);
+    for (uint32_t t = 0; t < threads; ++t) {
+      fws.push_back(std::make_unique<dp::Forwarder>(&tables, &dp::tsc_now_ns, t));
+      for (uint32_t c = 0; c < threads; ++c) {
+        if (c == t) continue;
+        rings.push_back(std::make_unique<dp::HandoffRing>());
+        tables.handoff[t][c] = rings.back().get();
+      }
+    }
+    fw = fws[0].get();
   }
   /// Access port of `vlan`, or a trunk of `trunks` with `native`.
   void vlan(uint32_t p, uint16_t access, std::vector<uint16_t> trunks = {}, uint16_t native = 0) {
@@ -91,7 +103,7 @@ class Trace : public ::testing::Test {
     Seen s;
     for (uint32_t p = 0; p < ports.size(); ++p) {
       s.counters.emplace_back();
-      fw->counters(p).accumulate(s.counters.back());
+      for (const auto& f : fws) f->counters(p).accumulate(s.counters.back());
     }
     for (const auto& e : fdb->entries(tables.now_s.load())) s.fdb.insert({e.mac, e.port});
     return s;
@@ -119,6 +131,7 @@ class Trace : public ::testing::Test {
     fes[in]->rings[1]->add_tx(test::with_net_hdr(virtio::NetHdr{}, 12, f));
     EXPECT_EQ(fw->poll(in, 0), 1u);
     fw->flush_all();
+    for (const auto& f : fws) f->drain_handoffs();
     while (fes[in]->rings[1]->next_used()) {
     }
   }
@@ -171,7 +184,9 @@ class Trace : public ::testing::Test {
   std::vector<std::unique_ptr<port::VhostPort>> ports;
   std::vector<std::unique_ptr<Frontend>> fes;
   dp::SwitchTables tables;
-  std::unique_ptr<dp::Forwarder> fw;
+  std::vector<std::unique_ptr<dp::HandoffRing>> rings;
+  std::vector<std::unique_ptr<dp::Forwarder>> fws;
+  dp::Forwarder* fw = nullptr;
 };
 
 TEST_F(Trace, BridgeFloodsLearnsAndNeverSendsBack) {
@@ -293,6 +308,24 @@ TEST_F(Trace, VlansAccessTrunkNative) {
   ASSERT_EQ(r.out.size(), 1u);
   EXPECT_EQ(r.out[0].len, 1518u);
   EXPECT_EQ(r.out[0].drop, Drop::kCount);
+}
+
+// Two PMD threads, single-queue ports: thread 0 writes some ports' receive queues and hands
+// the frames for the others to thread 1 (dp/handoff.h); a frame too big for its receiver
+// is dropped before the copy into the ring.
+TEST_F(Trace, HandedToTheWriterThread) {
+  start(3, dp::ForwardMode::kBridge, {}, 2);
+  auto r = pinned(0, frame(kBcast, mac(1)), "broadcast over two threads");
+  ASSERT_EQ(outs(r), (std::vector<uint32_t>{1, 2}));
+  uint32_t handed = 0;
+  for (const auto& x : r.out) {
+    const auto& tg = ports[x.port]->dp().rx_for[0];
+    EXPECT_EQ(x.handoff, tg.via == port::PortDp::kDirect ? -1 : static_cast<int>(tg.via));
+    handed += x.handoff >= 0;
+  }
+  EXPECT_GE(handed, 1u);
+  r = pinned(0, frame(kBcast, mac(1), 1600), "too big, over two threads");
+  for (const auto& x : r.out) EXPECT_EQ(x.drop, Drop::kTooBig);
 }
 
 TEST(TraceHex, HostileTextIsRefused) {
