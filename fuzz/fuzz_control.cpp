@@ -25,7 +25,9 @@
 //    result's shape (version's text, three ports in stats and ports, one PMD thread, the
 //    links the model holds, set-flush's port and policy; add-port, del-port and set-port
 //    with --may-exist/--if-exists, names, paths and the slot a new port takes; stats-clear;
-//    reload refused, as this switch has no command line to read again).
+//    reload refused, as this switch has no command line to read again; trace: its words
+//    checked as dp/trace.h says, and a frame traced on a switch none of whose ports is
+//    active dropped where it came in, as bad_header below 14 bytes, else no_destination).
 // Ports at run time: the harness writes "$D/" in a request as its own socket directory
 // (/tmp/vl-fuzz-control-PID/p/), which the fuzzer cannot know. An add-port the switch would
 // open as anything but a vhost-user socket in that directory (a tap, AF_XDP or DPDK port,
@@ -67,7 +69,9 @@
 #include "control/command_table.h"
 #include "control/control_server.h"
 #include "dp/flush.h"
+#include "dp/trace.h"
 #include "util/fd.h"
+#include "virtio/virtio_defs.h"
 #include "virtlink_version.h"
 
 using namespace vl;
@@ -432,6 +436,38 @@ void check_set_port(const std::vector<std::string>& argv, const Reply& r, Model*
   if (const auto f = flush_setting(argv, 1, *m, r)) s->flush = *f;
 }
 
+/// trace PORT HEX [LEN]: an unknown port, bad hex (dp::parse_frame_hex) and a LEN not of
+/// 1-6 digits, below the bytes given, above the largest frame or with fewer than
+/// dp::kTraceMinHead bytes given are refused; otherwise, as no port of this switch is active
+/// (none is started) and no VLAN is set, the frame is dropped on its port: bad_header below
+/// 14 bytes, else no_destination (flooded to no one, or a frame to its own source), changing
+/// nothing.
+void check_trace(const std::vector<std::string>& argv, const Reply& r, const Model& m) {
+  if (m.find(argv[0]) < 0) return expect_error(r, "no port named '", "a trace on an unknown port");
+  static constexpr const char* kUsage = "usage: trace PORT HEX [LEN]: ";
+  std::vector<uint8_t> bytes;
+  std::string err;
+  if (!dp::parse_frame_hex(argv[1], &bytes, &err)) return expect_error(r, kUsage, "a trace of bad hex");
+  uint64_t len = bytes.size();
+  if (argv.size() == 3) {
+    const std::string& w = argv[2];
+    const bool digits = !w.empty() && w.size() <= 6 &&
+                        std::all_of(w.begin(), w.end(), [](char c) { return c >= '0' && c <= '9'; });
+    len = digits ? std::stoull(w) : 0;
+    if (!digits || len < bytes.size() || len > virtio::kMaxFrameLen ||
+        bytes.size() < std::min<uint64_t>(len, dp::kTraceMinHead))
+      return expect_error(r, kUsage, "a trace of a bad LEN");
+  }
+  if (!r.ok || !r.result.is_object()) die("trace: refused a well-formed request", r.text);
+  const Json frame = r.result.value("frame", Json::object());
+  const Json drop = {{"reason", len < 14 ? "bad_header" : "no_destination"}, {"counted_on", argv[0]}};
+  if (r.result.value("port", "") != argv[0] || frame.value("len", uint64_t{0}) != len ||
+      frame.value("bytes_given", uint64_t{0}) != bytes.size() || r.result.value("changed", true) ||
+      r.result.value("drops", Json()) != Json::array({drop}) ||
+      r.result.value("delivered_to", Json()) != Json::array())
+    die("trace: not what a switch without an active port does with the frame", r.text);
+}
+
 /// Checks the reply to a well-formed request of `cmd` with `argv` against the model, and
 /// updates the model by what the command did.
 void check_command(const std::string& cmd, const std::vector<std::string>& argv, const Reply& r,
@@ -527,6 +563,8 @@ void check_command(const std::string& cmd, const std::vector<std::string>& argv,
     else if (!r.ok && !starts(r.error, "mirror:") && !starts(r.error, "usage: mirror") &&
              !starts(r.error, "no port named '"))
       die("mirror: an unexpected error", r.text);
+  } else if (cmd == "trace") {
+    check_trace(argv, r, *m);
   } else {
     die("a command of the table this harness does not know: " + cmd, r.text);
   }

@@ -386,6 +386,15 @@ def control_seeds():
                      req("stats"), req("ports")],
         "stats_clear": [req("stats-clear"), req("stats-clear", "x"), req("stats")],
         "reload": [req("reload"), req("reload", "now")],
+        # A trace changes nothing; on this harness no port is active, so every frame that
+        # gets past the ingress checks is dropped as no_destination (fuzz_control.cpp).
+        "trace": [req("trace", "a", "ffffffffffff02000000000a0806" + "00" * 46),
+                  req("trace", "b", "02000000000b02000000000b88b5"),
+                  req("trace", "c", "ff:ff:ff:ff:ff:ff:02:00:00:00:00:0c:08:00", "1500"),
+                  req("trace", "a", "0000"), req("trace", "a", "ffffffffffff02000000000a0800", "64"),
+                  req("trace", "a", "f"), req("trace", "a", "zz"), req("trace", "a", ""),
+                  req("trace", "zz", "ffff"), req("trace", "a", "ffff", "x"), req("trace", "a"),
+                  req("trace", "a", "ff" * 64, "70000"), req("fdb"), req("stats")],
     }
     for name, lines in seeds.items():
         write("fuzz_control", name, b"".join(lines))

@@ -36,7 +36,8 @@ PKGS=(
   # Prometheus server and promtool for its test (tests/interop/test_metrics.py)
   libmicrohttpd-dev prometheus
   # packet capture (src/app/capture.cpp, src/cli/ctl_capture.cpp: libpcap) and tcpdump to
-  # read what it wrote (tests/interop/test_capture.py)
+  # read what it wrote (tests/interop/test_capture.py); ctl trace --pcap
+  # (src/cli/ctl_trace.cpp) and its test (tests/interop/test_trace.py)
   libpcap-dev tcpdump
   # a real terminal for `virtlink top`'s test (tests/interop/test_top.py runs it in tmux)
   tmux

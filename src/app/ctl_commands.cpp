@@ -10,7 +10,9 @@
 #include "app/switch.h"
 #include "control/command_table.h"
 #include "dp/flush.h"
+#include "dp/trace.h"
 #include "util/log.h"
+#include "virtio/virtio_defs.h"
 #include "virtlink_version.h"
 
 namespace vl::app {
@@ -194,6 +196,40 @@ bool log_level(Switch&, const CtlArgv& argv, Json* out, std::string* err) {
   return true;
 }
 
+/// trace PORT HEX [LEN]: what the datapath would do with the frame (HEX, or its first bytes
+/// of LEN) arriving on PORT (dp/trace.h). The words are a control client's: bounded and
+/// checked here (hex digits, at most the largest frame, LEN not below what HEX holds).
+bool trace(Switch& sw, const CtlArgv& argv, Json* out, std::string* err) {
+  const auto port = sw.port_index(argv[0]);
+  if (!port) {
+    *err = fmt::format("no port named '{}'", argv[0]);
+    return false;
+  }
+  std::vector<uint8_t> bytes;
+  std::string why;
+  if (!dp::parse_frame_hex(argv[1], &bytes, &why)) {
+    *err = "usage: trace PORT HEX [LEN]: HEX: " + why;
+    return false;
+  }
+  uint64_t len = bytes.size();
+  if (argv.size() == 3) {
+    const std::string& w = argv[2];
+    len = 0;
+    const bool digits = !w.empty() && w.size() <= 6 &&
+                        std::all_of(w.begin(), w.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (digits) len = std::stoull(w);
+    if (!digits || len < bytes.size() || len > virtio::kMaxFrameLen ||
+        bytes.size() < std::min<uint64_t>(len, dp::kTraceMinHead)) {
+      *err = fmt::format("usage: trace PORT HEX [LEN]: LEN is the frame's length, {} to {} (HEX "
+                         "holds {} bytes: at least its first {})",
+                         bytes.size(), virtio::kMaxFrameLen, bytes.size(), dp::kTraceMinHead);
+      return false;
+    }
+  }
+  *out = sw.trace(*port, bytes, static_cast<uint32_t>(len));
+  return true;
+}
+
 bool version(Switch&, const CtlArgv&, Json* out, std::string*) {
   *out = {{"version", VIRTLINK_VERSION}};
   return true;
@@ -230,6 +266,7 @@ constexpr CtlCommand kHandlers[] = {
     {"capture", nullptr, nullptr, capture},
     {"mirror", mirror},
     {"log-level", log_level},
+    {"trace", trace},
 };
 
 /// Commands whose change the --db state file keeps.

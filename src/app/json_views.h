@@ -17,6 +17,7 @@
 #include "dp/fdb.h"
 #include "dp/forwarder.h"
 #include "dp/pmd.h"
+#include "dp/trace.h"
 #include "port/uplink_port.h"
 #include "port/vhost_port.h"
 
@@ -73,6 +74,10 @@ std::unique_ptr<control::ReplyStream> fdb_stream(const SwitchView& sw, uint32_t 
 /// [...]}, made from the views of `ctl ports`, `pmd-rxq-show` and `links`. `control` is the
 /// control socket's path.
 control::Json show_json(const SwitchView& sw, const std::string& control);
+/// `ctl trace`: a frame trace (dp/trace.h) as {port, frame, ingress, learning, lookup,
+/// decision: {action, reason}, drop, outputs: [...], delivered_to, drops, plain_frame,
+/// changed} (README "Frame trace"; app/trace_json.cpp).
+control::Json trace_json(const SwitchView& sw, const dp::TraceResult& r);
 /// `ctl pmd-stats`: per PMD thread its passes, cycles, packets and rxq loads.
 control::Json pmd_stats_json(const SwitchView& sw);
 /// `ctl pmd-rxq-show` (and the reply of `ctl pmd-rebalance`): {assign, reassignments,

@@ -407,6 +407,12 @@ void Switch::sample_rates() {
   rates_.sample(mono_ns(), t);
 }
 
+control::Json Switch::trace(uint32_t port, const std::vector<uint8_t>& bytes, uint32_t len) const {
+  const dp::PmdThread* t = pmds_->owner_of(port);
+  const auto n = static_cast<uint32_t>(bytes.size());
+  return trace_json(view(), dp::trace_frame(tables_, port, bytes.data(), n, len, t ? t->index() : 0));
+}
+
 std::unique_ptr<control::ReplyStream> Switch::fdb(uint32_t port, size_t limit) const {
   return fdb_stream(view(), port, limit);
 }

@@ -55,6 +55,10 @@ class Switch {
   /// `ctl fdb`: the MAC table's entries of `port` (~0u: every port's), at most `limit` of
   /// them, as a reply made in slices (app/json_views.h fdb_stream).
   std::unique_ptr<control::ReplyStream> fdb(uint32_t port, size_t limit) const;
+  /// `ctl trace`: what the datapath would do with a frame of `len` bytes arriving on `port`,
+  /// whose first bytes (or all) are `bytes` (dp/trace.h trace_frame, as the PMD thread
+  /// polling the port would). Reads the tables; changes nothing.
+  control::Json trace(uint32_t port, const std::vector<uint8_t>& bytes, uint32_t len) const;
   control::Json pmd_stats() const;
   /// `ctl pmd-rxq-show` (and the reply of `ctl pmd-rebalance`): each thread's rxqs.
   control::Json pmd_rxq_show() const;

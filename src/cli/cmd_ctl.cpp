@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "cli/commands.h"
+#include "cli/ctl_trace.h"
 #include "control/command_table.h"
 #include "control/control_server.h"
 
@@ -25,6 +26,7 @@ void add_ctl_command(CLI::App& app, CtlArgs& a) {
       ->check(CLI::Range(14, 262144));
   c->add_option("--duration", a.duration_s, "capture: stop after this many seconds");
   c->add_option("--filter", a.filter, "capture: only frames this tcpdump expression matches");
+  c->add_option("--pcap", a.pcap, "trace: the first frame of this capture file (read by ctl)");
   c->add_option("command", a.command, control::command_synopsis())->required();
   c->add_option("args", a.args, "command arguments");
   c->footer("Commands:\n" + control::command_help());
@@ -294,17 +296,23 @@ int run_ctl(const CtlArgs& a) {
   const std::string path = a.control.empty() ? control::default_control_path() : a.control;
   // Checked here too, so that it is a usage error whether or not the switch runs.
   const control::CommandSpec* spec = control::find_command(a.command);
-  if (spec && spec->max_args == 0 && !a.args.empty()) {
+  std::vector<std::string> argv = a.args;
+  if (!a.pcap.empty() && a.command != "trace") {
+    fmt::print(stderr, "virtlink ctl {}: --pcap is trace's\n", a.command);
+    return 2;
+  }
+  if (a.command == "trace")  // the frame as the request carries it (a capture's, read here)
+    if (const int rc = trace_words(a.pcap, &argv)) return rc;
+  if (spec && spec->max_args == 0 && !argv.empty()) {
     fmt::print(stderr, "virtlink ctl {}: takes no arguments\n", a.command);
     return 2;
   }
-  if (spec && (a.args.size() < spec->min_args || a.args.size() > spec->max_args)) {
+  if (spec && (argv.size() < spec->min_args || argv.size() > spec->max_args)) {
     fmt::print(stderr, "virtlink ctl {}: {}\n", a.command, control::usage_error(*spec));
     return 2;
   }
   if (a.command == "capture") return run_ctl_capture(a, path);
   Json args = Json::object();
-  std::vector<std::string> argv = a.args;
   // The flags travel as the switch reads them: words of argv (app/ctl_commands.cpp).
   if (a.if_exists) argv.insert(argv.begin(), "--if-exists");
   if (a.may_exist) argv.insert(argv.begin(), "--may-exist");
@@ -354,6 +362,7 @@ int run_ctl(const CtlArgs& a) {
   else if (a.command == "stats-clear") fmt::print("counters cleared\n");
   else if (a.command == "reload") print_reload(result);
   else if (a.command == "show") print_show(result);
+  else if (a.command == "trace") print_trace(result);
   else if (a.command == "log-level")
     fmt::print("log level {}{}\n", result["log_level"].get<std::string>(),
                result.contains("previous")

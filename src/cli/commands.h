@@ -58,6 +58,7 @@ struct CtlArgs {
   uint32_t snaplen = 262144;  ///< bytes kept of each frame
   uint64_t duration_s = 0;    ///< seconds (0: until stopped)
   std::string filter;      ///< a tcpdump filter expression, compiled by ctl (libpcap)
+  std::string pcap;        ///< trace --pcap FILE
 };
 void add_ctl_command(CLI::App& app, CtlArgs& a);
 int run_ctl(const CtlArgs& a);

@@ -51,6 +51,10 @@ constexpr CommandSpec kCommands[] = {
      "mirror a port's received and/or sent frames to another port (SPAN), or stop"},
     {"log-level", "[LEVEL]", 0, 1, "usage: log-level [LEVEL] (trace, debug, info, warn, error, off)",
      "set the switch's log level at run time (trace ... off); without LEVEL, show it"},
+    {"trace", "PORT HEX|--pcap FILE", 2, 3,
+     "usage: trace PORT HEX [LEN] (the frame's bytes in hex; LEN: its length when HEX is only "
+     "its first bytes), or virtlink ctl trace PORT --pcap FILE",
+     "what the switch would do with that frame arriving on PORT (changes nothing)"},
 };
 static_assert(kFdbShown == 1000, "the help line of fdb gives the number");
 

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace vl::dp {
@@ -70,17 +71,8 @@ class Fdb {
   /// the forwarder sends a frame only to ports that carry its VLAN, so such a frame never
   /// leaves its VLAN (docs/architecture.md "VLANs").
   uint32_t lookup(Mac key) const {
-    const uint32_t h = hash(key);
-    const Bucket& b = buckets_[h];
-    const uint64_t mac = key & kMacMask;
-    const uint16_t vlan = static_cast<uint16_t>(key >> 48);
-    for (uint32_t i = 0; i < kSlots; ++i) {
-      const uint64_t w = b.w[i].load(std::memory_order_acquire);
-      if ((w >> 16) == mac && w &&
-          (!vlans_ || times_[h].v[i].load(std::memory_order_relaxed) == vlan))
-        return static_cast<uint32_t>((w & 0xffff) - 1);
-    }
-    return kNoPort;
+    uint64_t w = 0;
+    return match(key, hash(key), &w) >= 0 ? static_cast<uint32_t>((w & 0xffff) - 1) : kNoPort;
   }
 
   /// Keys carry VLANs (some port has VLAN settings). Without, every entry is in VLAN 0 and
@@ -119,6 +111,16 @@ class Fdb {
     uint32_t port;
     uint32_t age_s;
   };
+  /// The entry lookup() finds for `key`, with its age at `now_s`, or nullopt (`ctl trace`:
+  /// the control thread, as for entries()).
+  std::optional<Entry> find(Mac key, uint32_t now_s) const {
+    const uint32_t h = hash(key);
+    uint64_t w = 0;
+    const int i = match(key, h, &w);
+    if (i < 0) return std::nullopt;
+    return Entry{key, static_cast<uint32_t>((w & 0xffff) - 1),
+                 now_s - times_[h].t[i].load(std::memory_order_relaxed)};
+  }
   /// A snapshot of the table for display: the entries of `port` (every port when port is
   /// ~0u), at most `limit` of them, in bucket order.
   std::vector<Entry> entries(uint32_t now_s, uint32_t port = ~0u, size_t limit = SIZE_MAX) const;
@@ -139,6 +141,22 @@ class Fdb {
     std::atomic<uint16_t> v[kSlots];  ///< each entry's VLAN
   };
   static constexpr uint64_t kMacMask = (uint64_t{1} << 48) - 1;
+  /// The slot of bucket h (hash(key)) that lookup() takes for `key`, its word in `*w`; -1
+  /// when none holds it.
+  int match(Mac key, uint32_t h, uint64_t* w) const {
+    const Bucket& b = buckets_[h];
+    const uint64_t mac = key & kMacMask;
+    const uint16_t vlan = static_cast<uint16_t>(key >> 48);
+    for (uint32_t i = 0; i < kSlots; ++i) {
+      const uint64_t x = b.w[i].load(std::memory_order_acquire);
+      if ((x >> 16) == mac && x &&
+          (!vlans_ || times_[h].v[i].load(std::memory_order_relaxed) == vlan)) {
+        *w = x;
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
+  }
   /// A slot being written (learn): no port, and a multicast MAC, which no lookup asks for.
   static constexpr uint64_t kClaimed = uint64_t{1} << (40 + 16);
   /// Entry i of bucket h has key `key` (MAC and VLAN).

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstring>
 
+#include "dp/l2_rules.h"
 #include "util/log.h"
 
 namespace vl::dp {
@@ -122,8 +123,7 @@ void Forwarder::flood(uint32_t in, uint16_t s) {
   const uint32_t nports = tables_->nports.load(std::memory_order_relaxed);
   const uint64_t underlays = tables_->underlays.load(std::memory_order_relaxed);
   for (uint32_t o = 0; o < nports; ++o) {
-    if (o == in || !tables_->port(o)->active() || ((underlays >> o) & 1)) continue;
-    if (vlans && !tables_->vlan[o].carries(pool_[s].vlan)) continue;
+    if (!floods_to(*tables_, o, in, underlays, vlans, pool_[s].vlan)) continue;
     enqueue(o, s);
     any = true;
   }
@@ -437,7 +437,7 @@ void Forwarder::classify_as(uint32_t in) {
         last_dst = dst;
         last_o = fdb->lookup(dst);
         // Known, a port of the table, and not back to its ingress (kNoPort >= nports).
-        last_ok = last_o < nports && last_o != in;
+        last_ok = to_learned_port(last_o, in, nports);
       }
       // (With VLANs, an entry another thread is replacing at this instant may name a port
       // outside the frame's VLAN, fdb.h: the frame is then flooded in its VLAN.)
@@ -451,7 +451,7 @@ void Forwarder::classify_as(uint32_t in) {
       }
     }
     end_run(i);
-    if (last_o == in && !mac_is_multicast(dst)) c.drop(Drop::kNoDestination);  // never back out
+    if (back_to_ingress(dst, last_o, in)) c.drop(Drop::kNoDestination);  // never back out
     else flood(in, s);
   }
   end_run(k2);
@@ -474,12 +474,8 @@ uint32_t Forwarder::vlan_ingress(uint32_t in, uint32_t k) {
       counters_[in].drop(Drop::kBadCsum);
       continue;
     }
-    // A tag needs the ethertype after it (18 bytes in all): a shorter frame with the 802.1Q
-    // TPID is in no VLAN (untagging it would leave less than an Ethernet header; the
-    // kernel's skb_vlan_untag drops it too).
-    const int v = sl.tagged && sl.len < kEthHdrLen + kVlanTagLen
-                      ? -1
-                      : tables_->vlan[in].ingress(sl.tagged, vid);
+    // (A frame with the 802.1Q TPID under 18 bytes is in no VLAN: dp/l2_rules.h.)
+    const int v = ingress_vlan(tables_->vlan[in], sl.tagged, vid, sl.len);
     if (v < 0) {
       counters_[in].drop(Drop::kVlanNotAllowed);
       continue;
@@ -927,7 +923,7 @@ void Forwarder::hand_off(uint32_t o, uint32_t via, uint32_t qi, uint32_t gen,
   for (uint32_t j = 0; j < n; ++j) {
     // The frame as it leaves o (its tag added or removed), copied so into the ring.
     const Slot& sl = tables_->vlans ? vlan_view(pool_[slots[j]], o, j) : pool_[slots[j]];
-    if (sl.len > max_frame && sl.hdr.gso_type == kNetHdrGsoNone) [[unlikely]] {
+    if (too_big_for(sl.len, sl.hdr.gso_type, max_frame)) [[unlikely]] {
       counters_[o].drop(Drop::kTooBig);
       continue;
     }

@@ -63,7 +63,9 @@ class Ctl(unittest.TestCase):
                        "del-port": ["--if-exists", "d"], "set-port": ["a", "external-id:k=v"],
                        # (a second of nothing: no traffic here; mirrors: not with VLANs, off is)
                        "capture": ["a", "both", "--duration", "1", "--file", os.path.join(tb.dir, "c.pcap")],
-                       "mirror": ["a", "off"]}
+                       "mirror": ["a", "off"],
+                       "trace": ["a", "ffffffffffff020000000001" + "88b5" + "00" * 46]}
+
             cmds = ctl_commands()
             self.assertIn("show", cmds)
             self.assertIn("log-level", cmds)

@@ -38,7 +38,8 @@ TEST(CtlCommandTable, SynopsisIsTheHelpOfCtl) {
             "add-port [--may-exist] NAME TYPE ARG [KEY=VALUE ...] | del-port [--if-exists] NAME | "
             "set-port NAME KEY=VALUE ... | stats-clear | reload | version | show | "
             "capture PORT rx|tx|both --file F|- [--count N] [--snaplen B] [--duration S] "
-            "[--filter BPF] | mirror PORT rx|tx|both to OUTPORT | PORT off | log-level [LEVEL]");
+            "[--filter BPF] | mirror PORT rx|tx|both to OUTPORT | PORT off | log-level [LEVEL] | "
+            "trace PORT HEX|--pcap FILE");
 }
 
 TEST(CtlCommandTable, HelpListsEveryCommandWithItsHelp) {
@@ -200,7 +201,7 @@ TEST_F(RunningSwitch, UnknownCommandListsTheTable) {
   EXPECT_FALSE(ctl("stat", {}, &r, &err));
   EXPECT_EQ(err, "unknown command 'stat' (commands: add-port, capture, del-port, fdb, link, links, "
                  "log-level, mirror, pmd-rebalance, pmd-rxq-show, pmd-stats, ports, reload, set-flush, "
-                 "set-port, show, stats, stats-clear, unlink, version)");
+                 "set-port, show, stats, stats-clear, trace, unlink, version)");
 }
 
 TEST_F(RunningSwitch, WrongArgumentCountIsAUsageError) {
@@ -249,6 +250,45 @@ TEST_F(RunningSwitch, HandlersThroughTheTable) {
   EXPECT_EQ(r["guest_memory"], Json({{"mapped_bytes", 0}, {"limit_bytes", uint64_t{64} << 40},
                                      {"refused", 0}}));
   EXPECT_EQ(r["ports"][0]["guest_memory_refused"], 0);
+}
+
+// trace PORT HEX [LEN]: a control client's words, checked (a port, hex digits, at most the
+// largest frame, LEN not below the bytes given nor above the largest frame, the headers
+// there); a frame traced changes nothing (no MAC learned, no counter moved). Ports a and b
+// are not connected: a broadcast has nowhere to go.
+TEST_F(RunningSwitch, TraceRefusesHostileArgumentsAndChangesNothing) {
+  Json r;
+  std::string err;
+  const std::string bcast = "ffffffffffff02000000000188b5" + std::string(92, '0');  // 60 bytes
+  EXPECT_FALSE(ctl("trace", {"zz", bcast}, &r, &err));
+  EXPECT_EQ(err, "no port named 'zz'");
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"a", "xyz"}, {"a", "f"}, {"a", ""}, {"a", "ff ff\nff"},
+        {"a", bcast, "59"}, {"a", bcast, "65550"}, {"a", bcast, "-1"}, {"a", bcast, "1e3"},
+        {"a", bcast, ""}, {"a", "ffffffffffff0200000000010800", "1000"}}) {
+    EXPECT_FALSE(ctl("trace", bad, &r, &err)) << bad[1].substr(0, 20);
+    EXPECT_EQ(err.rfind("usage: trace PORT HEX [LEN]: ", 0), 0u) << err;
+  }
+  ASSERT_TRUE(ctl("trace", {"a", bcast}, &r, &err)) << err;
+  EXPECT_EQ(r["port"], "a");
+  EXPECT_EQ(r["frame"]["len"], 60);
+  EXPECT_EQ(r["frame"]["dst"], "ff:ff:ff:ff:ff:ff");
+  EXPECT_EQ(r["decision"], Json({{"action", "flood"}, {"reason", "broadcast"}}));
+  EXPECT_EQ(r["drop"], Json({{"reason", "no_destination"}, {"counted_on", "a"}}));
+  EXPECT_EQ(r["drops"], Json::array({r["drop"]}));
+  EXPECT_EQ(r["learning"]["would"], "learn");
+  EXPECT_EQ(r["changed"], false);
+  EXPECT_FALSE(ctl("trace", {"a", bcast, "9000"}, &r, &err));  // 60 bytes: too few of 9000
+  ASSERT_TRUE(ctl("trace", {"a", bcast + "00000000", "9000"}, &r, &err)) << err;  // its first 64
+  EXPECT_EQ(r["frame"]["len"], 9000);
+  EXPECT_EQ(r["frame"]["bytes_given"], 64);
+  ASSERT_TRUE(ctl("fdb", {}, &r, &err)) << err;
+  EXPECT_EQ(r, Json::array());
+  ASSERT_TRUE(ctl("stats", {}, &r, &err)) << err;
+  for (const Json& p : r["ports"]) {
+    EXPECT_EQ(p["rx_packets"], 0);
+    for (const auto& [k, v] : p["drops"].items()) EXPECT_EQ(v, 0) << k;
+  }
 }
 
 // add-port and set-port against hostile arguments: every refusal is a usage error (ctl
