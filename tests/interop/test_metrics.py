@@ -42,13 +42,14 @@ class Prometheus:
     """A private Prometheus server scraping `target` every second (its own data directory,
     loopback only)."""
 
-    def __init__(self, tb, target):
+    def __init__(self, tb, target=None, config=None):
+        """`config`: the prometheus.yml text (else one scraping `target` every second)."""
         self.port = free_port()
         d = os.path.join(tb.dir, "prometheus")
         os.makedirs(d)
         cfg = os.path.join(d, "prometheus.yml")
         with open(cfg, "w") as f:
-            f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n"
+            f.write(config or "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n"
                     "scrape_configs:\n  - job_name: virtlink\n    static_configs:\n"
                     "      - targets: ['%s']\n" % target)
         self.proc = vltest.Proc("prometheus", [
@@ -69,6 +70,14 @@ class Prometheus:
         doc = json.loads(get(url)[1])
         assert doc["status"] == "success", doc
         return {r["metric"].get("port", ""): float(r["value"][1]) for r in doc["data"]["result"]}
+
+
+def readme_yaml():
+    """The ```yaml block of README "Metrics"."""
+    with open(os.path.join(vltest.REPO, "README.md")) as f:
+        text = f.read()
+    section = text.split("### Metrics", 1)[1]
+    return section.split("```yaml\n", 1)[1].split("```", 1)[0]
 
 
 class Metrics(unittest.TestCase):
@@ -145,6 +154,12 @@ class Metrics(unittest.TestCase):
                 self.assertIn('virtlink_port_up{port="vm1"} 0', body)
                 self.assertIn('virtlink_port_rx_packets_total{port="vm2"} 0', body)
                 self.assertIn("# TYPE virtlink_port_queue_age_seconds histogram", body)
+                # The README's prometheus.yml, as printed, scrapes it.
+                with vltest.Testbed(self) as tb:
+                    prom = Prometheus(tb, config=readme_yaml())
+                    vltest._wait(lambda: prom.query("up").get("", 0) == 1.0, 20,
+                                 "Prometheus with the README's config scraping the switch", 0.5)
+                    self.assertEqual(prom.query("virtlink_port_rx_packets_total"), {"vm1": 0.0, "vm2": 0.0})
             finally:
                 sw.terminate()
                 sw.wait(15)
