@@ -26,7 +26,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "hostile"))
 
 from vltestlib import vltest  # noqa: E402
 from vltestlib.vltest import log  # noqa: E402
-from vltestlib.vhost_peer import frame, mac  # noqa: E402
+from vltestlib.vhost_peer import (DEFAULT_FEATURES, VIRTIO_NET_F_CSUM, VIRTIO_NET_F_HOST_TSO4,  # noqa: E402
+                                   frame, mac, tcp4_frame, tcp4_valid)
 from harness import Harness  # noqa: E402
 
 MAC_A = mac("02:00:00:00:00:0a")
@@ -160,6 +161,40 @@ class CaptureExact(unittest.TestCase):
             self.assertIn("10 filtered out", cap_b.err)
             self.assertEqual(tb.ctl("show")["captures"]["sessions"], 0)
             h.check_healthy()
+        finally:
+            h.close()
+
+    @vltest.ctest("interop_capture_tso", timeout=60, asan=True)
+    def test_capture_tso(self):
+        """A TSO frame is captured as its sender gave it (one frame above the MTU, its
+        checksums not filled in) and ctl says so; the receiver, without TSO, gets it cut
+        into valid segments by the switch."""
+        h = Harness("capture_tso", ports=("a", "b", "c"))
+        try:
+            tb = h.tb
+            c = h.guest("c", features=DEFAULT_FEATURES | VIRTIO_NET_F_CSUM | VIRTIO_NET_F_HOST_TSO4)
+            for g, m in ((h.b, MAC_B), (c, MAC_C)):
+                h.learn(g, m)
+            h.b.rx.take()
+            pc = os.path.join(tb.dir, "c.pcap")
+            cap = Capture(tb.ctl_path, "c", "rx", "--file", pc, "--count", "1")
+            cap.started(tb)
+            tso = tcp4_frame(MAC_B, MAC_C, bytes(range(256)) * 7)  # 1846 bytes, MSS 1000
+            hdr = struct.pack("<BBHHHHH", 1, 1, 54, 1000, 34, 16, 0)  # NEEDS_CSUM, TCPV4
+            self.assertTrue(c.tx.send_frame(tso, hdr=hdr))
+            self.assertEqual(cap.wait(), 0, cap.err)
+            self.assertIn("1 frames captured (count)", cap.err)
+            self.assertIn("1 are TSO/GSO frames as their sender gave them", cap.err)
+            got = read_pcap(pc)
+            self.assertEqual([g[3] for g in got], [tso])
+            self.assertFalse(tcp4_valid(got[0][3]))  # checksums partial, as sent
+            segs = []
+            deadline = time.monotonic() + 5
+            while len(segs) < 2 and time.monotonic() < deadline:
+                segs += h.b.rx.take()
+                time.sleep(0.01)
+            self.assertEqual([len(f) for f in segs], [54 + 1000, 54 + 792])
+            self.assertTrue(all(tcp4_valid(f) for f in segs))
         finally:
             h.close()
 
