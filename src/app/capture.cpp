@@ -68,7 +68,7 @@ bool parse_capture_options(const std::vector<std::string>& words, CaptureRequest
   for (size_t i = 0; i < words.size(); i += 2) {
     const std::string& k = words[i];
     if (i + 1 >= words.size()) {
-      *err = fmt::format("capture: {} needs a value", k);
+      *err = fmt::format("usage: {} needs a value", k);
       return false;
     }
     const std::string& v = words[i + 1];
@@ -83,11 +83,11 @@ bool parse_capture_options(const std::vector<std::string>& words, CaptureRequest
       r->filter.clear();
       if (!parse_bpf(v, &r->filter) || r->filter.empty() ||
           !bpf_validate(r->filter.data(), static_cast<int>(r->filter.size()))) {
-        *err = "capture: the filter program is not a valid BPF program";
+        *err = "usage: the filter program is not a valid BPF program";
         return false;
       }
     } else {
-      *err = fmt::format("capture: bad option '{}' '{}' (--count N, --snaplen 14..{}, "
+      *err = fmt::format("usage: bad option '{}' '{}' (--count N, --snaplen 14..{}, "
                          "--duration S, --bpf PROGRAM)",
                          k, v, kMaxSnaplen);
       return false;
@@ -137,7 +137,7 @@ CaptureService::~CaptureService() {
 bool CaptureService::can_start(std::string* err) const {
   std::lock_guard g(mu_);
   if (running_ + pending_.size() < kMaxSessions) return true;
-  *err = fmt::format("capture: {} captures are running already (at most {})", running_,
+  *err = fmt::format("{} captures are running already (at most {})", running_,
                      kMaxSessions);
   return false;
 }

@@ -37,7 +37,7 @@ bool Switch::capture(const std::vector<std::string>& argv, control::Json* out,
   req.port_name = argv[0];
   req.dirs = parse_dirs(argv[1]);
   if (!req.dirs) {
-    *err = fmt::format("capture: direction '{}' is not rx, tx or both", argv[1]);
+    *err = fmt::format("usage: direction '{}' is not rx, tx or both", argv[1]);
     return false;
   }
   if (!parse_capture_options({argv.begin() + 2, argv.end()}, &req, err)) return false;

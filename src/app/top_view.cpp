@@ -264,7 +264,8 @@ std::string summary(const std::vector<PortRow>& rows, const TopView& v) {
 std::string top_si(double v) {
   static constexpr const char* kPrefix[] = {"", "k", "M", "G", "T"};
   size_t i = 0;
-  while (v >= 1000 && i + 1 < std::size(kPrefix)) {
+  // (999.5 and up would print as 1000 or "1e+03" with three digits: the next prefix.)
+  while (v >= 999.5 && i + 1 < std::size(kPrefix)) {
     v /= 1000;
     ++i;
   }

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "app/top_view.h"
 #include "cli/commands.h"
 #include "cli/ctl_trace.h"
 #include "control/command_table.h"
@@ -21,10 +22,10 @@ void add_ctl_command(CLI::App& app, CtlArgs& a) {
   c->add_flag("--may-exist", a.may_exist, "add-port: a port of that name, type and target is a success");
   c->add_flag("--if-exists", a.if_exists, "del-port: no such port is a success");
   c->add_option("--file", a.file, "capture: the pcap file to write (- : standard output)");
-  c->add_option("--count", a.count, "capture: stop after this many frames");
+  c->add_option("--count", a.count, "capture: stop after this many frames (0: until stopped)");
   c->add_option("--snaplen", a.snaplen, "capture: bytes kept of each frame (default 262144)")
       ->check(CLI::Range(14, 262144));
-  c->add_option("--duration", a.duration_s, "capture: stop after this many seconds");
+  c->add_option("--duration", a.duration_s, "capture: stop after this many seconds (0: until stopped)");
   c->add_option("--filter", a.filter, "capture: only frames this tcpdump expression matches");
   c->add_option("--pcap", a.pcap, "trace: the first frame of this capture file (read by ctl)");
   c->add_option("command", a.command, control::command_synopsis())->required();
@@ -34,16 +35,8 @@ void add_ctl_command(CLI::App& app, CtlArgs& a) {
 
 namespace {
 
-/// A rate with an SI prefix: "0", "950", "12.3k", "1.49M", "9.87G".
-std::string si(double v) {
-  static constexpr const char* kPrefix[] = {"", "k", "M", "G", "T"};
-  size_t i = 0;
-  while (v >= 1000 && i + 1 < std::size(kPrefix)) {
-    v /= 1000;
-    ++i;
-  }
-  return i == 0 ? fmt::format("{:.0f}", v) : fmt::format("{:.3g}{}", v, kPrefix[i]);
-}
+/// A rate with an SI prefix: "0", "950", "12.3k", "1.49M", "9.87G" (app/top_view.h).
+std::string si(double v) { return app::top_si(v); }
 
 void print_stats(const Json& r) {
   // Rates: over the switch's last sampling interval (about 1 s; "rates" in the JSON).
@@ -284,6 +277,12 @@ void print_show(const Json& r) {
       fmt::print("    last connect error: {}, {} s ago\n", e["error"].get<std::string>(),
                  e["age_s"].get<uint64_t>());
   }
+  for (const auto& m : r.value("mirrors", Json::array())) {
+    auto to = [&](const char* k) { return m[k].is_string() ? m[k].get<std::string>() : std::string("-"); };
+    fmt::print("  mirror of {}: rx to {}, tx to {}\n", m["port"].get<std::string>(), to("rx"), to("tx"));
+  }
+  if (const Json& c = r.value("captures", Json()); c.is_object() && c.value("sessions", 0u))
+    fmt::print("  captures running: {}\n", c.value("sessions", 0u));
   if (r["links"].empty()) fmt::print("  no links\n");
   for (const auto& l : r["links"])
     fmt::print("  link {} <- {}: {}\n", l["a"].get<std::string>(), l["b"].get<std::string>(),
@@ -348,6 +347,11 @@ int run_ctl(const CtlArgs& a) {
   else if (a.command == "set-flush")
     fmt::print("flush policy of {}: {}\n", result["port"].get<std::string>(),
                result["flush"].get<std::string>());
+  else if (a.command == "mirror")
+    fmt::print("mirror of {}: {}\n", result["port"].get<std::string>(),
+               result.contains("to") ? fmt::format("{} to {}", result["direction"].get<std::string>(),
+                                                   result["to"].get<std::string>())
+                                     : std::string("off"));
   else if (a.command == "version") fmt::print("virtlink {}\n", result["version"].get<std::string>());
   else if (a.command == "add-port")
     fmt::print("port {}: {} (slot {}, {})\n", result["port"].get<std::string>(),

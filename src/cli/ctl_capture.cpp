@@ -3,7 +3,10 @@
 // the control connection with libpcap (docs/architecture.md "Capture and mirroring").
 #include <pcap/pcap.h>
 #include <signal.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
@@ -169,6 +172,53 @@ void print_outcome(const CtlArgs& a, const Json& result, const Json& summary, co
                who.value("control", std::string("?")));
 }
 
+/// The capture's output: standard output, or a file opened for writing without truncating
+/// it until the switch has accepted the capture.
+class OutputFile {
+ public:
+  ~OutputFile() {
+    if (fd_ >= 0) close(fd_);
+  }
+  bool open(const std::string& path, std::string* err) {
+    path_ = path;
+    if (path == "-") return true;
+    struct stat st;
+    made_ = stat(path.c_str(), &st) != 0;
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) *err = strerror(errno);
+    return fd_ >= 0;
+  }
+  /// The switch refused: a file this made goes again.
+  void abandon() {
+    if (fd_ >= 0 && made_) unlink(path_.c_str());
+  }
+  /// The dump, the file emptied first (its header written and flushed); null with `*err`.
+  pcap_dumper_t* dumper(pcap_t* dead, std::string* err) {
+    FILE* f = stdout;
+    if (path_ != "-") {
+      f = ftruncate(fd_, 0) == 0 ? fdopen(fd_, "w") : nullptr;
+      if (!f) {
+        *err = strerror(errno);
+        return nullptr;
+      }
+      fd_ = -1;  // the FILE's now
+    }
+    pcap_dumper_t* d = pcap_dump_fopen(dead, f);
+    if (!d) *err = pcap_geterr(dead);
+    else if (pcap_dump_flush(d) != 0 || ferror(f)) {
+      *err = strerror(errno);
+      pcap_dump_close(d);
+      return nullptr;
+    }
+    return d;
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  bool made_ = false;
+};
+
 }  // namespace
 
 int run_ctl_capture(const CtlArgs& a, const std::string& path) {
@@ -184,12 +234,12 @@ int run_ctl_capture(const CtlArgs& a, const std::string& path) {
     pcap_close(dead);
     return 2;
   }
-  // The file first: one that cannot be written fails before the switch is asked.
-  pcap_dumper_t* d = a.file == "-" ? pcap_dump_fopen(dead, stdout) : pcap_dump_open(dead, a.file.c_str());
-  if (!d || pcap_dump_flush(d) != 0) {
-    fmt::print(stderr, "virtlink ctl capture: cannot write {}: {}\n", a.file,
-               d ? strerror(errno) : pcap_geterr(dead));
-    if (d) pcap_dump_close(d);
+  // The file first, opened without truncating it: one that cannot be written fails before
+  // the switch is asked, and one the switch then refuses is left as it was (or removed, if
+  // this made it).
+  OutputFile out;
+  if (!out.open(a.file, &err)) {
+    fmt::print(stderr, "virtlink ctl capture: cannot write {}: {}\n", a.file, err);
     pcap_close(dead);
     return 1;
   }
@@ -207,6 +257,9 @@ int run_ctl_capture(const CtlArgs& a, const std::string& path) {
                                 &reply)) {
     fmt::print(stderr, "virtlink ctl capture: {}\n", err);
     st = err.rfind("usage:", 0) == 0 ? 2 : 1;
+    out.abandon();
+  } else if (pcap_dumper_t* d = out.dumper(dead, &err); !d) {
+    fmt::print(stderr, "virtlink ctl capture: cannot write {}: {}\n", a.file, err);
   } else {
     fmt::print(stderr, "virtlink ctl capture: port {} ({}) into {}; Ctrl-C stops\n",
                result.value("port", std::string("?")), result.value("direction", std::string("?")),
@@ -214,10 +267,8 @@ int run_ctl_capture(const CtlArgs& a, const std::string& path) {
     Receiver rx(conn.get(), d, std::move(rest), a.snaplen, a.file);
     st = rx.run();
     pcap_dump_close(d);  // (stdout's frames before print_outcome's text on stderr)
-    d = nullptr;
     if (st == 0) print_outcome(a, result, rx.summary(), reply);
   }
-  if (d) pcap_dump_close(d);
   pcap_close(dead);
   return st;
 }

@@ -301,6 +301,18 @@ class CaptureUnderTraffic(unittest.TestCase):
             self.assertEqual(tcpdump_count(mine), 10)
             import pwd
             self.assertEqual(os.stat(mine).st_uid, pwd.getpwnam("nobody").pw_uid)
+            # A capture the switch refuses leaves the file as it was (and makes none).
+            keep = os.path.join(tb.dir, "keep.pcap")
+            with open(keep, "wb") as f:
+                f.write(b"precious")
+            for args, rc in ((("zz", "rx"), 1), (("a", "sideways"), 2)):
+                c5 = Capture(tb.ctl_path, *args, "--file", keep, "--count", "1")
+                self.assertEqual(c5.wait(), rc, c5.err)
+                with open(keep, "rb") as f:
+                    self.assertEqual(f.read(), b"precious")
+            c6 = Capture(tb.ctl_path, "zz", "rx", "--file", os.path.join(tb.dir, "new.pcap"))
+            self.assertEqual(c6.wait(), 1)
+            self.assertFalse(os.path.exists(os.path.join(tb.dir, "new.pcap")))
             # Forwarding's counters add up with the captures done: every frame a took is
             # b's or a drop, nothing was sent back to a.
             tb.stop_testpmd(tx)

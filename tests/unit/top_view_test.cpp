@@ -165,6 +165,9 @@ TEST(TopView, SiPrefixes) {
   EXPECT_EQ(top_si(12345), "12.3k");
   EXPECT_EQ(top_si(1.49e6), "1.49M");
   EXPECT_EQ(top_si(9.87e9), "9.87G");
+  EXPECT_EQ(top_si(999.6e3), "1M");  // not "1e+03k"
+  EXPECT_EQ(top_si(999.6), "1k");
+  EXPECT_EQ(top_si(999.4), "999");
 }
 
 }  // namespace
