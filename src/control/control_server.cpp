@@ -413,8 +413,12 @@ void ControlServer::start_reply(Client& c, const std::string& line) {
   with_identity(&c.out);
 }
 
-bool request(const std::string& path, const std::string& cmd, const Json& args, Json* result,
-             std::string* err, Json* full) {
+namespace {
+
+/// One request and its reply line: the connection in `*conn`, the bytes after the line's
+/// end in `*rest`, the reply's result (and the whole reply, when `full`). False with `*err`.
+bool ask(const std::string& path, const std::string& cmd, const Json& args, size_t limit,
+         UniqueFd* conn, std::string* rest, Json* result, Json* full, std::string* err) {
   sockaddr_un a;
   if (!make_unix_addr(path, &a, err)) return false;
   UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -425,9 +429,14 @@ bool request(const std::string& path, const std::string& cmd, const Json& args, 
   set_timeout(s.get(), 5);
   const Json req = {{"cmd", cmd}, {"args", args}};
   std::string line;
-  if (!write_all(s.get(), req.dump() + "\n") || !read_line(s.get(), &line, 64u << 20)) {
+  if (!write_all(s.get(), req.dump() + "\n") || !read_line(s.get(), &line, limit)) {
     *err = "no reply from the switch";
     return false;
+  }
+  const size_t nl = line.find('\n');
+  if (nl != std::string::npos) {
+    *rest = line.substr(nl + 1);
+    line.resize(nl);
   }
   Json reply = Json::parse(line, nullptr, false);
   if (reply.is_discarded() || !reply.is_object()) {
@@ -440,46 +449,24 @@ bool request(const std::string& path, const std::string& cmd, const Json& args, 
   }
   *result = reply["result"];
   if (full) *full = std::move(reply);
+  *conn = std::move(s);
   return true;
+}
+
+}  // namespace
+
+bool request(const std::string& path, const std::string& cmd, const Json& args, Json* result,
+             std::string* err, Json* full) {
+  UniqueFd conn;
+  std::string rest;
+  return ask(path, cmd, args, 64u << 20, &conn, &rest, result, full, err);
 }
 
 bool request_session(const std::string& path, const std::string& cmd, const Json& args,
                      Json* result, UniqueFd* conn, std::string* rest, std::string* err,
                      Json* full) {
-  sockaddr_un a;
-  if (!make_unix_addr(path, &a, err)) return false;
-  UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    *err = fmt::format("cannot reach the switch at {}: {}", path, strerror(errno));
-    return false;
-  }
-  set_timeout(s.get(), 5);
-  const Json req = {{"cmd", cmd}, {"args", args}};
-  std::string line;
-  if (!write_all(s.get(), req.dump() + "\n") || !read_line(s.get(), &line, kMaxLine)) {
-    *err = "no reply from the switch";
-    return false;
-  }
-  const size_t nl = line.find('\n');
-  if (nl == std::string::npos) {
-    *err = "malformed reply from the switch";
-    return false;
-  }
-  *rest = line.substr(nl + 1);
-  line.resize(nl);
-  Json reply = Json::parse(line, nullptr, false);
-  if (reply.is_discarded() || !reply.is_object()) {
-    *err = "malformed reply from the switch";
-    return false;
-  }
-  if (!reply.value("ok", false)) {
-    *err = reply.value("error", std::string("unknown error"));
-    return false;
-  }
-  *result = reply["result"];
-  if (full) *full = std::move(reply);
-  set_timeout(s.get(), 0);  // the session's own pace from here
-  *conn = std::move(s);
+  if (!ask(path, cmd, args, kMaxLine, conn, rest, result, full, err)) return false;
+  set_timeout(conn->get(), 0);  // the session's own pace from here
   return true;
 }
 
