@@ -1,6 +1,7 @@
 #include "app/capture.h"
 
 #include <pcap/pcap.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -233,11 +234,31 @@ void CaptureService::run() {
   drain_rings();
   for (auto& s : sessions_)
     if (!s->reason) finish(*s, "switch stopping");
-  // The end records of a stopping switch: what the clients take at once.
-  for (auto& s : sessions_) {
-    if (s->off < s->out.size())
-      (void)!send(s->conn.get(), s->out.data() + s->off, s->out.size() - s->off,
-                  MSG_DONTWAIT | MSG_NOSIGNAL);
+  // The end records of a stopping switch: what the clients take within a second (a client
+  // reading, but a socket buffer behind the frames, got a cut stream and no summary).
+  const uint64_t until = tsc_now_ns() + 1000000000ull;
+  for (;;) {
+    std::vector<pollfd> wait;
+    for (auto& s : sessions_) {
+      while (!s->closed && s->off < s->out.size()) {
+        const ssize_t n = send(s->conn.get(), s->out.data() + s->off, s->out.size() - s->off,
+                               MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) {
+          s->off += static_cast<size_t>(n);
+        } else if (n < 0 && errno == EINTR) {
+          continue;
+        } else {
+          if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            wait.push_back(pollfd{s->conn.get(), POLLOUT, 0});
+          else
+            s->closed = true;
+          break;
+        }
+      }
+    }
+    const uint64_t now = tsc_now_ns();
+    if (wait.empty() || now >= until) break;
+    (void)poll(wait.data(), wait.size(), static_cast<int>(std::min<uint64_t>((until - now) / 1000000 + 1, 100)));
   }
   sessions_.clear();
   update_taps();
@@ -369,10 +390,15 @@ void CaptureService::service_sessions() {
       s.out.erase(0, s.off);
       s.off = 0;
     }
-    // The client ends a capture by shutting down its side (ctl on SIGINT) or closing.
-    char b;
-    const ssize_t r = recv(s.conn.get(), &b, 1, MSG_DONTWAIT);
-    if (r == 0 && !s.reason) finish(s, "stopped by the client");
+    // The client ends a capture by shutting down its side (ctl on SIGINT) or closing. What
+    // else it sends is read and dropped, up to 64 KiB a turn (a byte a turn let 30 KB sent
+    // before a shutdown hold the stop back 30 s, the session streaming on).
+    char junk[4096];
+    for (int k = 0; k < 16; ++k) {
+      const ssize_t r = recv(s.conn.get(), junk, sizeof junk, MSG_DONTWAIT);
+      if (r == 0 && !s.reason) finish(s, "stopped by the client");
+      if (r < static_cast<ssize_t>(sizeof junk)) break;  // EOF, EAGAIN, an error (send sees it)
+    }
     if (!s.reason && s.deadline_ns && now >= s.deadline_ns) finish(s, "duration");
     if (s.reason && (s.out.empty() || now >= s.drain_until_ns)) s.closed = true;
   }
