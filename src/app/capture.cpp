@@ -1,6 +1,7 @@
 #include "app/capture.h"
 
 #include <pcap/pcap.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <iterator>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -52,6 +54,50 @@ bool parse_bpf(const std::string& text, std::vector<bpf_insn>* out) {
   return true;
 }
 
+/// What libpcap's bpf_validate() leaves to bpf_filter(), which the capture thread runs on
+/// frames: in userland it accepts opcodes bpf_filter() does not implement (bpf_filter then
+/// calls abort(): the whole switch) and a BPF_JA whose offset wraps around (k = -1: a jump
+/// to itself, the capture thread looping for ever; libpcap allows backward jumps there for
+/// `protochain`). So only the opcodes bpf_filter() runs, and only forward jumps, as the
+/// kernel's classic BPF checker requires. False with `*why`.
+bool runs_safely(const std::vector<bpf_insn>& prog, std::string* why) {
+  static constexpr uint16_t kRuns[] = {
+      BPF_RET | BPF_K, BPF_RET | BPF_A,
+      BPF_LD | BPF_W | BPF_ABS, BPF_LD | BPF_H | BPF_ABS, BPF_LD | BPF_B | BPF_ABS,
+      BPF_LD | BPF_W | BPF_LEN, BPF_LDX | BPF_W | BPF_LEN,
+      BPF_LD | BPF_W | BPF_IND, BPF_LD | BPF_H | BPF_IND, BPF_LD | BPF_B | BPF_IND,
+      BPF_LDX | BPF_MSH | BPF_B, BPF_LD | BPF_IMM, BPF_LDX | BPF_IMM,
+      BPF_LD | BPF_MEM, BPF_LDX | BPF_MEM, BPF_ST, BPF_STX,
+      BPF_JMP | BPF_JA,
+      BPF_JMP | BPF_JGT | BPF_K, BPF_JMP | BPF_JGE | BPF_K, BPF_JMP | BPF_JEQ | BPF_K,
+      BPF_JMP | BPF_JSET | BPF_K, BPF_JMP | BPF_JGT | BPF_X, BPF_JMP | BPF_JGE | BPF_X,
+      BPF_JMP | BPF_JEQ | BPF_X, BPF_JMP | BPF_JSET | BPF_X,
+      BPF_ALU | BPF_ADD | BPF_X, BPF_ALU | BPF_SUB | BPF_X, BPF_ALU | BPF_MUL | BPF_X,
+      BPF_ALU | BPF_DIV | BPF_X, BPF_ALU | BPF_MOD | BPF_X, BPF_ALU | BPF_AND | BPF_X,
+      BPF_ALU | BPF_OR | BPF_X, BPF_ALU | BPF_XOR | BPF_X, BPF_ALU | BPF_LSH | BPF_X,
+      BPF_ALU | BPF_RSH | BPF_X,
+      BPF_ALU | BPF_ADD | BPF_K, BPF_ALU | BPF_SUB | BPF_K, BPF_ALU | BPF_MUL | BPF_K,
+      BPF_ALU | BPF_DIV | BPF_K, BPF_ALU | BPF_MOD | BPF_K, BPF_ALU | BPF_AND | BPF_K,
+      BPF_ALU | BPF_OR | BPF_K, BPF_ALU | BPF_XOR | BPF_K, BPF_ALU | BPF_LSH | BPF_K,
+      BPF_ALU | BPF_RSH | BPF_K,
+      BPF_ALU | BPF_NEG, BPF_MISC | BPF_TAX, BPF_MISC | BPF_TXA};
+  for (size_t i = 0; i < prog.size(); ++i) {
+    const bpf_insn& x = prog[i];
+    if (std::find(std::begin(kRuns), std::end(kRuns), x.code) == std::end(kRuns)) {
+      *why = fmt::format("instruction {} has an opcode BPF does not run ({:#x})", i, x.code);
+      return false;
+    }
+    // bpf_validate() checked the conditional jumps (8-bit offsets, forward); BPF_JA's
+    // 32-bit offset: forward and inside the program, with no wrap-around.
+    if (x.code == (BPF_JMP | BPF_JA) && uint64_t{x.k} >= prog.size() - (i + 1)) {
+      *why = fmt::format("instruction {} jumps out of the program or backwards "
+                         "(protochain filters are not supported)", i);
+      return false;
+    }
+  }
+  return true;
+}
+
 int64_t realtime_ns() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -84,6 +130,10 @@ bool parse_capture_options(const std::vector<std::string>& words, CaptureRequest
       if (!parse_bpf(v, &r->filter) || r->filter.empty() ||
           !bpf_validate(r->filter.data(), static_cast<int>(r->filter.size()))) {
         *err = "usage: the filter program is not a valid BPF program";
+        return false;
+      }
+      if (std::string why; !runs_safely(r->filter, &why)) {
+        *err = fmt::format("capture: the filter program is not a valid BPF program: {}", why);
         return false;
       }
     } else {
@@ -184,11 +234,31 @@ void CaptureService::run() {
   drain_rings();
   for (auto& s : sessions_)
     if (!s->reason) finish(*s, "switch stopping");
-  // The end records of a stopping switch: what the clients take at once.
-  for (auto& s : sessions_) {
-    if (s->off < s->out.size())
-      (void)!send(s->conn.get(), s->out.data() + s->off, s->out.size() - s->off,
-                  MSG_DONTWAIT | MSG_NOSIGNAL);
+  // The end records of a stopping switch: what the clients take within a second (a client
+  // reading, but a socket buffer behind the frames, got a cut stream and no summary).
+  const uint64_t until = tsc_now_ns() + 1000000000ull;
+  for (;;) {
+    std::vector<pollfd> wait;
+    for (auto& s : sessions_) {
+      while (!s->closed && s->off < s->out.size()) {
+        const ssize_t n = send(s->conn.get(), s->out.data() + s->off, s->out.size() - s->off,
+                               MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) {
+          s->off += static_cast<size_t>(n);
+        } else if (n < 0 && errno == EINTR) {
+          continue;
+        } else {
+          if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            wait.push_back(pollfd{s->conn.get(), POLLOUT, 0});
+          else
+            s->closed = true;
+          break;
+        }
+      }
+    }
+    const uint64_t now = tsc_now_ns();
+    if (wait.empty() || now >= until) break;
+    (void)poll(wait.data(), wait.size(), static_cast<int>(std::min<uint64_t>((until - now) / 1000000 + 1, 100)));
   }
   sessions_.clear();
   update_taps();
@@ -320,10 +390,15 @@ void CaptureService::service_sessions() {
       s.out.erase(0, s.off);
       s.off = 0;
     }
-    // The client ends a capture by shutting down its side (ctl on SIGINT) or closing.
-    char b;
-    const ssize_t r = recv(s.conn.get(), &b, 1, MSG_DONTWAIT);
-    if (r == 0 && !s.reason) finish(s, "stopped by the client");
+    // The client ends a capture by shutting down its side (ctl on SIGINT) or closing. What
+    // else it sends is read and dropped, up to 64 KiB a turn (a byte a turn let 30 KB sent
+    // before a shutdown hold the stop back 30 s, the session streaming on).
+    char junk[4096];
+    for (int k = 0; k < 16; ++k) {
+      const ssize_t r = recv(s.conn.get(), junk, sizeof junk, MSG_DONTWAIT);
+      if (r == 0 && !s.reason) finish(s, "stopped by the client");
+      if (r < static_cast<ssize_t>(sizeof junk)) break;  // EOF, EAGAIN, an error (send sees it)
+    }
     if (!s.reason && s.deadline_ns && now >= s.deadline_ns) finish(s, "duration");
     if (s.reason && (s.out.empty() || now >= s.drain_until_ns)) s.closed = true;
   }

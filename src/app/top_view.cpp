@@ -21,6 +21,8 @@ double num(const Json& o, const char* k) {
   const auto it = o.find(k);
   return it != o.end() && it->is_number() ? it->get<double>() : 0;
 }
+/// `v` as an integer, clamped (a number out of int64_t's range is not undefined behaviour).
+int64_t whole(double v) { return v >= -9.2e18 && v <= 9.2e18 ? static_cast<int64_t>(v) : 0; }
 uint64_t count(const Json& o, const char* k) {
   if (!o.is_object()) return 0;
   const auto it = o.find(k);
@@ -62,7 +64,8 @@ struct PmdRow {
 /// over `dt` s; sets the row's total and rate.
 void port_drops(const Json& p, const Json* before, double dt, PortRow* r) {
   const Json drops = p.is_object() ? p.value("drops", Json::object()) : Json::object();
-  const Json was_drops = before ? before->value("drops", Json::object()) : Json::object();
+  const Json was_drops =
+      before && before->is_object() ? before->value("drops", Json::object()) : Json::object();
   bool rate_known = before != nullptr && dt > 0;
   uint64_t total = 0, total_before = 0;
   for (const auto& [k, v] : drops.items()) {
@@ -112,7 +115,7 @@ std::string rxq_text(const Json& t, const Json* b, double dt) {
   bool delta = b != nullptr && dt > 0;
   double total = 0;
   for (const auto& q : list(t, "rxq_loads")) {
-    Q x{fmt::format("{}/{}", text(q, "port"), static_cast<int64_t>(num(q, "queue"))), -1, 0,
+    Q x{fmt::format("{}/{}", text(q, "port"), whole(num(q, "queue"))), -1, 0,
         num(q, "cycles_share")};
     const Json* was = nullptr;
     if (b)
@@ -140,8 +143,8 @@ std::string rxq_text(const Json& t, const Json* b, double dt) {
 /// over `dt` s, or the switch's own since-start figures when there is no usable `b`.
 PmdRow pmd_row(const Json& t, const Json* b, double dt) {
   PmdRow r;
-  r.pmd = static_cast<int64_t>(num(t, "pmd"));
-  const int64_t cpu = t.is_object() && t.contains("cpu") && t["cpu"].is_number() ? t["cpu"].get<int64_t>() : -1;
+  r.pmd = whole(num(t, "pmd"));
+  const int64_t cpu = t.is_object() && t.contains("cpu") && t["cpu"].is_number() ? whole(num(t, "cpu")) : -1;
   r.cpu = cpu >= 0 ? std::to_string(cpu) : "any";
   r.mode = text(t, "mode");
   const char* keys[] = {"busy_cycles", "elapsed_cycles", "packets"};
@@ -307,7 +310,9 @@ std::vector<std::string> top_frame(const TopSample& cur, const TopSample* prev, 
   out.push_back("virtlink top: " + v.title);
   out.push_back(top_help_line());
   out.push_back(summary(ports, v));
-  const double rate_s = num(cur.stats.value("rates", Json::object()), "interval_ns") / 1e9;
+  const double rate_s =
+      num(cur.stats.is_object() ? cur.stats.value("rates", Json::object()) : Json::object(),
+          "interval_ns") / 1e9;
   const double dt = prev ? cur.mono_s - prev->mono_s : 0;
   out.push_back(fmt::format("port rates over the switch's last {:.2f} s sample; PMD figures and "
                             "drops/s {}", rate_s,

@@ -58,12 +58,20 @@ namespace {
 bool poll_switch(const std::string& path, app::TopSample* s, std::string* who, std::string* err) {
   app::TopSample n;
   Json reply;
-  if (!control::request(path, "stats", Json::object(), &n.stats, err, &reply)) return false;
-  if (!control::request(path, "pmd-stats", Json::object(), &n.pmds, err)) return false;
+  // A poll gives up after 5 s (a switch that answers a byte now and then), so the view and
+  // its keys come back.
+  if (!control::request(path, "stats", Json::object(), &n.stats, err, &reply, 5000)) return false;
+  if (!control::request(path, "pmd-stats", Json::object(), &n.pmds, err, nullptr, 5000)) return false;
   n.mono_s = static_cast<double>(mono_ns()) / 1e9;
   *s = std::move(n);
-  const Json sw = reply.value("switch", Json::object());
-  *who = fmt::format("switch {} at {}", sw.value("pid", int64_t{0}), sw.value("control", path));
+  // (Members of another type are not exceptions: the socket may not be a switch's.)
+  const auto sw = reply.find("switch");
+  const Json none = Json::object();
+  const Json& id = sw != reply.end() && sw->is_object() ? *sw : none;
+  const auto pid = id.find("pid");
+  const auto ctl = id.find("control");
+  *who = fmt::format("switch {} at {}", pid != id.end() && pid->is_number_integer() ? pid->get<int64_t>() : 0,
+                     ctl != id.end() && ctl->is_string() ? ctl->get<std::string>() : path);
   return true;
 }
 

@@ -52,6 +52,20 @@ bool compile_filter(pcap_t* dead, const std::string& expr, std::string* out, std
   return true;
 }
 
+/// Member `k` of `o` (JSON from the switch) as a count, or 0 when `o` is not an object or the
+/// member is absent or not a count; as a text, or `dflt`. ctl trusts the switch less than
+/// fully: a member of another type is never an exception (uncaught, it aborted ctl).
+uint64_t count_of(const Json& o, const char* k) {
+  if (!o.is_object()) return 0;
+  const auto it = o.find(k);
+  return it != o.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
+}
+std::string text_of(const Json& o, const char* k, const char* dflt = "?") {
+  if (!o.is_object()) return dflt;
+  const auto it = o.find(k);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : std::string(dflt);
+}
+
 /// Reads the session's records from `conn` (after `rest`) into the dump until the end
 /// record; returns the exit status.
 class Receiver {
@@ -134,13 +148,12 @@ class Receiver {
       return 1;
     }
     summary_ = e;
-    const uint64_t gso = e.value("gso_frames", uint64_t{0});
+    const uint64_t gso = count_of(e, "gso_frames");
     fmt::print(stderr,
                "virtlink ctl capture: {} frames captured ({}); {} missed (capture ring full), "
                "{} missed (ctl too slow), {} filtered out{}\n",
-               e.value("captured", uint64_t{0}), e.value("reason", std::string("?")),
-               e.value("missed_ring", uint64_t{0}), e.value("missed_client", uint64_t{0}),
-               e.value("filtered", uint64_t{0}),
+               count_of(e, "captured"), text_of(e, "reason"), count_of(e, "missed_ring"),
+               count_of(e, "missed_client"), count_of(e, "filtered"),
                gso ? fmt::format("; {} are TSO/GSO frames as their sender gave them (larger "
                                  "than the MTU, checksums partial)",
                                  gso)
@@ -167,9 +180,8 @@ void print_outcome(const CtlArgs& a, const Json& result, const Json& summary, co
     fmt::print(out, "{}\n", Json{{"capture", result}, {"summary", summary}}.dump(2));
     return;
   }
-  if (const Json& who = reply.value("switch", Json()); who.is_object())
-    fmt::print(out, "(switch {} at {})\n", who.value("pid", int64_t{0}),
-               who.value("control", std::string("?")));
+  if (const auto who = reply.find("switch"); who != reply.end() && who->is_object())
+    fmt::print(out, "(switch {} at {})\n", count_of(*who, "pid"), text_of(*who, "control"));
 }
 
 /// The capture's output: standard output, or a file opened for writing without truncating
@@ -262,7 +274,7 @@ int run_ctl_capture(const CtlArgs& a, const std::string& path) {
     fmt::print(stderr, "virtlink ctl capture: cannot write {}: {}\n", a.file, err);
   } else {
     fmt::print(stderr, "virtlink ctl capture: port {} ({}) into {}; Ctrl-C stops\n",
-               result.value("port", std::string("?")), result.value("direction", std::string("?")),
+               text_of(result, "port"), text_of(result, "direction"),
                a.file == "-" ? std::string("standard output") : a.file);
     Receiver rx(conn.get(), d, std::move(rest), a.snaplen, a.file);
     st = rx.run();

@@ -4,6 +4,8 @@
 //   top     a live view of a running switch (over its control socket)
 //   bench   benchmarks (bench/README.md)
 #include <CLI/CLI.hpp>
+
+#include <cstdio>
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
@@ -61,8 +63,17 @@ int main(int argc, char** argv) {
   }
   vl::set_log_level(level.c_str());
   if (app.got_subcommand("switch")) return vl::cli::run_switch(sw);
-  if (app.got_subcommand("ctl")) return vl::cli::run_ctl(ctl);
-  if (app.got_subcommand("top")) return vl::cli::run_top(top);
+  // ctl and top read what a program on a socket sent: whatever they did not foresee ends
+  // them with status 1 and a message, after the destructors ran (top's terminal put back),
+  // not in std::terminate.
+  try {
+    if (app.got_subcommand("ctl")) return vl::cli::run_ctl(ctl);
+    if (app.got_subcommand("top")) return vl::cli::run_top(top);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "virtlink %s: unexpected reply or error: %s\n",
+                 app.got_subcommand("ctl") ? "ctl" : "top", e.what());
+    return 1;
+  }
   if (app.got_subcommand("gen")) return vl::cli::run_gen(gen);
   if (app.got_subcommand("vnf")) return vl::cli::run_vnf(vnf);
   if (app.got_subcommand("bench")) {

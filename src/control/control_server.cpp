@@ -32,7 +32,13 @@ void set_timeout(int fd, int secs) {
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 }
 
-bool read_line(int fd, std::string* out, size_t limit) {
+int64_t now_ms() { return static_cast<int64_t>(mono_ms()); }
+
+/// Reads until a newline (true) or `limit` bytes, the peer's close (true if it sent
+/// anything), an error or a recv timeout (SO_RCVTIMEO), or `budget_ms` in all (false: a
+/// peer sending a byte now and then, each within the recv timeout, held a client for ever).
+bool read_line(int fd, std::string* out, size_t limit, int64_t budget_ms) {
+  const int64_t end = now_ms() + budget_ms;
   char buf[1 << 16];
   while (out->size() < limit) {
     const ssize_t n = recv(fd, buf, sizeof buf, 0);
@@ -42,11 +48,31 @@ bool read_line(int fd, std::string* out, size_t limit) {
     out->append(buf, static_cast<size_t>(n));
     // Only the new bytes: a reply of megabytes arrives in thousands of reads.
     if (out->find('\n', old) != std::string::npos) return true;
+    if (now_ms() >= end) return false;
   }
   return false;
 }
 
-int64_t now_ms() { return static_cast<int64_t>(mono_ms()); }
+/// The reply's verdict: "ok" true, or false with its "error". A reply not of that form
+/// (a program on the socket that is not a switch) is malformed, never an exception.
+bool reply_ok(const Json& reply, std::string* err) {
+  const auto ok = reply.find("ok");
+  if (ok == reply.end() || !ok->is_boolean()) {
+    *err = "malformed reply from the switch";
+    return false;
+  }
+  if (ok->get<bool>()) return true;
+  const auto e = reply.find("error");
+  *err = e != reply.end() && e->is_string() ? e->get<std::string>() : std::string("unknown error");
+  return false;
+}
+
+/// Connects to the control socket at `a`, within the send timeout: a switch whose control
+/// thread is stuck (or stopped) fills its listen backlog, and connect() then waited for ever.
+bool connect_within(int fd, const sockaddr_un& a, int secs) {
+  set_timeout(fd, secs);
+  return connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0;
+}
 
 constexpr size_t kMaxLine = 1 << 16;  // request line, bytes
 
@@ -415,21 +441,22 @@ void ControlServer::start_reply(Client& c, const std::string& line) {
 
 namespace {
 
-/// One request and its reply line: the connection in `*conn`, the bytes after the line's
-/// end in `*rest`, the reply's result (and the whole reply, when `full`). False with `*err`.
+/// One request and its reply line (`limit` bytes, `budget_ms` in all): the connection in
+/// `*conn`, the bytes after the line's end in `*rest`, the reply's result (and the whole
+/// reply, when `full`). False with `*err`.
 bool ask(const std::string& path, const std::string& cmd, const Json& args, size_t limit,
-         UniqueFd* conn, std::string* rest, Json* result, Json* full, std::string* err) {
+         int budget_ms, UniqueFd* conn, std::string* rest, Json* result, Json* full,
+         std::string* err) {
   sockaddr_un a;
   if (!make_unix_addr(path, &a, err)) return false;
   UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+  if (!connect_within(s.get(), a, 5)) {
     *err = fmt::format("cannot reach the switch at {}: {}", path, strerror(errno));
     return false;
   }
-  set_timeout(s.get(), 5);
   const Json req = {{"cmd", cmd}, {"args", args}};
   std::string line;
-  if (!write_all(s.get(), req.dump() + "\n") || !read_line(s.get(), &line, limit)) {
+  if (!write_all(s.get(), req.dump() + "\n") || !read_line(s.get(), &line, limit, budget_ms)) {
     *err = "no reply from the switch";
     return false;
   }
@@ -443,10 +470,7 @@ bool ask(const std::string& path, const std::string& cmd, const Json& args, size
     *err = "malformed reply from the switch";
     return false;
   }
-  if (!reply.value("ok", false)) {
-    *err = reply.value("error", std::string("unknown error"));
-    return false;
-  }
+  if (!reply_ok(reply, err)) return false;
   *result = reply["result"];
   if (full) *full = std::move(reply);
   *conn = std::move(s);
@@ -456,16 +480,17 @@ bool ask(const std::string& path, const std::string& cmd, const Json& args, size
 }  // namespace
 
 bool request(const std::string& path, const std::string& cmd, const Json& args, Json* result,
-             std::string* err, Json* full) {
+             std::string* err, Json* full, int budget_ms) {
   UniqueFd conn;
   std::string rest;
-  return ask(path, cmd, args, 64u << 20, &conn, &rest, result, full, err);
+  return ask(path, cmd, args, 64u << 20, budget_ms, &conn, &rest, result, full, err);
 }
 
 bool request_session(const std::string& path, const std::string& cmd, const Json& args,
                      Json* result, UniqueFd* conn, std::string* rest, std::string* err,
                      Json* full) {
-  if (!ask(path, cmd, args, kMaxLine, conn, rest, result, full, err)) return false;
+  if (!ask(path, cmd, args, kMaxLine, kClientBudgetMs, conn, rest, result, full, err))
+    return false;
   set_timeout(conn->get(), 0);  // the session's own pace from here
   return true;
 }

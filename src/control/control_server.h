@@ -178,9 +178,12 @@ class ControlServer {
 /// Client side: sends {"cmd": cmd, "args": args} to the socket at `path` and returns the
 /// reply's "result" (and, when `reply` is given, the whole reply object, with the members
 /// some commands add beside "result", e.g. fdb's "total"). Returns false with `*err` when
-/// the switch is unreachable, times out (5 s without a byte) or answers with an error.
+/// the switch is unreachable, times out (5 s to connect, 5 s without a byte, `budget_ms`
+/// for the whole reply) or answers with an error. A reply that is not a JSON object with a
+/// boolean "ok" is "malformed" (never an exception: the socket may not be a switch's).
+inline constexpr int kClientBudgetMs = ControlServer::kReplyBudgetMs + 5000;
 bool request(const std::string& path, const std::string& cmd, const Json& args, Json* result,
-             std::string* err, Json* reply = nullptr);
+             std::string* err, Json* reply = nullptr, int budget_ms = kClientBudgetMs);
 
 /// Client side of a command that keeps its connection (ControlServer::add_takeover): sends
 /// the request, reads the reply line and returns the connection (blocking, no timeout)

@@ -70,6 +70,29 @@ TEST(CaptureOptions, RefusesBadValuesAndPrograms) {
     EXPECT_FALSE(parse_capture_options(words, &r, &err)) << fmt::format("{}", fmt::join(words, " "));
     EXPECT_FALSE(err.empty());
   }
+  // Programs libpcap's bpf_validate() accepts but its bpf_filter() cannot run: an opcode
+  // it does not implement (bpf_filter calls abort(): the switch died on its first tapped
+  // frame), a BPF_JA whose offset wraps around to itself or backwards (the capture thread
+  // looped for ever, and the switch could not stop).
+  for (const char* prog : {"65535:0:0:0,6:0:0:1",      // BPF_MISC, no such op
+                           "56:0:0:0,6:0:0:1",         // BPF_LD|BPF_ABS, size bits 0x18
+                           "24:0:0:0,6:0:0:1", "8:0:0:0,6:0:0:1", "14:0:0:0,6:0:0:1",
+                           "5:0:0:4294967295,6:0:0:1",  // JA -1: to itself
+                           "7:0:0:0,5:0:0:4294967294,6:0:0:1",  // JA -2: back to 0
+                           "5:0:0:1,6:0:0:1"}) {       // JA past the end
+    CaptureRequest r;
+    std::string err;
+    EXPECT_FALSE(parse_capture_options({"--bpf", prog}, &r, &err)) << prog;
+    EXPECT_NE(err.find("not a valid BPF program"), std::string::npos) << err;
+  }
+  // What tcpdump's expressions compile to still passes (a forward JA included).
+  for (const char* expr : {"ether broadcast or ip", "tcp port 80 and (ip or ip6)",
+                           "vlan 10 and udp", "ip[2:2] > 576", "len <= 128 or ether[0] & 1 = 1",
+                           "icmp6 or arp or (ip and (ip[6:2] & 0x1fff) != 0)"}) {
+    CaptureRequest r;
+    std::string err;
+    EXPECT_TRUE(parse_capture_options({"--bpf", compiled(expr)}, &r, &err)) << expr << ": " << err;
+  }
   // Over 4096 instructions (the classic BPF limit).
   std::string big;
   for (int i = 0; i < 4097; ++i) big += (i ? "," : "") + std::string("6:0:0:65535");
