@@ -291,25 +291,32 @@ void print_show(const Json& r) {
 
 }  // namespace
 
-int run_ctl(const CtlArgs& a) {
-  const std::string path = a.control.empty() ? control::default_control_path() : a.control;
-  // Checked here too, so that it is a usage error whether or not the switch runs.
+/// The command's words as the request carries them, checked against its row here too, so
+/// that a usage error is one whether or not the switch runs. 0, or the exit status.
+static int ctl_words(const CtlArgs& a, std::vector<std::string>* argv) {
   const control::CommandSpec* spec = control::find_command(a.command);
-  std::vector<std::string> argv = a.args;
+  *argv = a.args;
   if (!a.pcap.empty() && a.command != "trace") {
     fmt::print(stderr, "virtlink ctl {}: --pcap is trace's\n", a.command);
     return 2;
   }
   if (a.command == "trace")  // the frame as the request carries it (a capture's, read here)
-    if (const int rc = trace_words(a.pcap, &argv)) return rc;
-  if (spec && spec->max_args == 0 && !argv.empty()) {
+    if (const int rc = trace_words(a.pcap, argv)) return rc;
+  if (spec && spec->max_args == 0 && !argv->empty()) {
     fmt::print(stderr, "virtlink ctl {}: takes no arguments\n", a.command);
     return 2;
   }
-  if (spec && (argv.size() < spec->min_args || argv.size() > spec->max_args)) {
+  if (spec && (argv->size() < spec->min_args || argv->size() > spec->max_args)) {
     fmt::print(stderr, "virtlink ctl {}: {}\n", a.command, control::usage_error(*spec));
     return 2;
   }
+  return 0;
+}
+
+int run_ctl(const CtlArgs& a) {
+  const std::string path = a.control.empty() ? control::default_control_path() : a.control;
+  std::vector<std::string> argv;
+  if (const int rc = ctl_words(a, &argv)) return rc;
   if (a.command == "capture") return run_ctl_capture(a, path);
   Json args = Json::object();
   // The flags travel as the switch reads them: words of argv (app/ctl_commands.cpp).
