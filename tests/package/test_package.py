@@ -346,7 +346,7 @@ class Package(unittest.TestCase):
             return run(["bash", "--norc", "-c", prog, "bash", script, "virtlink"] + list(words),
                        env=env).split()
 
-        self.assertEqual(complete(""), ["switch", "ctl", "gen", "vnf", "bench"])
+        self.assertEqual(complete(""), ["switch", "ctl", "top", "gen", "vnf", "bench"])
         self.assertEqual(complete("ctl", ""), command_table())
         self.assertEqual(complete("--log-level", "debug", "ctl", "--json", ""), command_table())
         self.assertEqual(complete("switch", "--forward", ""), ["bridge", "xconnect"])
