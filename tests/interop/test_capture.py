@@ -98,17 +98,28 @@ class Capture:
         return int(m.group(1))
 
 
+def bridge_of_three(name):
+    """The hostile harness's switch with Python front-ends on a, b and c, their MACs
+    learned; returns (harness, c's guest)."""
+    h = Harness(name, ports=("a", "b", "c"))
+    try:
+        c = h.guest("c")
+        c.rx.post()
+        for g, m in ((h.a, MAC_A), (h.b, MAC_B), (c, MAC_C)):
+            h.learn(g, m)
+        return h, c
+    except BaseException:
+        h.close()
+        raise
+
+
 class CaptureExact(unittest.TestCase):
 
     @vltest.ctest("interop_capture_exact", timeout=90, asan=True)
     def test_capture_exact(self):
-        h = Harness("capture_exact", ports=("a", "b", "c"))
+        h, c = bridge_of_three("capture_exact")
         try:
             tb = h.tb
-            c = h.guest("c")
-            c.rx.post()
-            for g, m in ((h.a, MAC_A), (h.b, MAC_B), (c, MAC_C)):
-                h.learn(g, m)
             pa, pb = os.path.join(tb.dir, "a.pcap"), os.path.join(tb.dir, "b.pcap")
             cap_a = Capture(tb.ctl_path, "a", "both", "--file", pa)
             cap_a.started(tb)
@@ -200,13 +211,9 @@ class CaptureExact(unittest.TestCase):
 
     @vltest.ctest("interop_mirror", timeout=60, asan=True)
     def test_mirror(self):
-        h = Harness("mirror", ports=("a", "b", "c"))
+        h, c = bridge_of_three("mirror")
         try:
             tb = h.tb
-            c = h.guest("c")
-            c.rx.post()
-            for g, m in ((h.a, MAC_A), (h.b, MAC_B), (c, MAC_C)):
-                h.learn(g, m)
             c.rx.take()
             r = tb.ctl("mirror", "a", "both", "to", "c")
             self.assertEqual(r, {"port": "a", "direction": "both", "to": "c"})
