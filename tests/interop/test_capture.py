@@ -286,12 +286,16 @@ class CaptureUnderTraffic(unittest.TestCase):
             # A full file system mid-capture: ctl fails, the session ends, forwarding goes on.
             small = tempfile.mkdtemp(prefix="vl-full-", dir=tb.dir)
             subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", small], check=True)
+            c2 = None
             try:
                 c2 = Capture(tb.ctl_path, "a", "both", "--file", os.path.join(small, "x.pcap"))
                 self.assertEqual(c2.wait(), 1)
                 self.assertIn("No space left on device", c2.err)
             finally:
-                subprocess.run(["umount", small])
+                if c2 is not None and c2.p.poll() is None:
+                    c2.p.kill()  # (a ctl still writing keeps the file system busy)
+                    c2.p.wait()
+                subprocess.run(["umount", "-l", small])
             # ctl as nobody: a file it may not write fails before the switch is asked; one it
             # may write is its own (the switch opens no path for it).
             started = tb.ctl("show")["captures"]["started"]
