@@ -3,6 +3,8 @@
 // the receive-queue targets of each PMD thread, the flow hash, and the Forwarder spreading
 // a port's output over its enabled receive queues (never a disabled one).
 #include <gtest/gtest.h>
+
+#include "pmd_forwarders.h"
 #include <sys/eventfd.h>
 
 #include <cstring>
@@ -334,17 +336,9 @@ TEST_P(MqDatapathTest, OutputSpreadsOverEnabledQueuesOnlyAndNeverADisabledOne) {
   ASSERT_TRUE(ports[1]->active());
   EXPECT_EQ(ports[1]->dp().rx_ready, 3u);
   // One Forwarder per PMD thread, and the handoff rings between them (dp/handoff.h).
-  tables.pmd_threads = threads;
-  std::vector<std::unique_ptr<dp::Forwarder>> fws;
-  std::vector<std::unique_ptr<dp::HandoffRing>> rings;
-  for (uint32_t t = 0; t < threads; ++t) {
-    fws.push_back(std::make_unique<dp::Forwarder>(&tables, &dp::tsc_now_ns, t));
-    for (uint32_t c = 0; c < threads; ++c) {
-      if (c == t) continue;
-      rings.push_back(std::make_unique<dp::HandoffRing>());
-      tables.handoff[t][c] = rings.back().get();
-    }
-  }
+  test::PmdForwarders pmds;
+  pmds.build(&tables, threads);
+  auto& fws = pmds.fws;
   uint32_t total = 0;
   uint32_t handed = 0;
   std::vector<uint32_t> per(4, 0);

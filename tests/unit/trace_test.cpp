@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include "pmd_forwarders.h"
+
 #include <algorithm>
 #include <memory>
 #include <set>
@@ -78,14 +80,7 @@ class Trace : public ::testing::Test {
     tables.fdb = fdb.get();
     tables.now_s = 100;
     fdb->set_vlans(tables.vlans);
-    for (uint32_t t = 0; t < threads; ++t) {
-      fws.push_back(std::make_unique<dp::Forwarder>(&tables, &dp::tsc_now_ns, t));
-      for (uint32_t c = 0; c < threads; ++c) {
-        if (c == t) continue;
-        rings.push_back(std::make_unique<dp::HandoffRing>());
-        tables.handoff[t][c] = rings.back().get();
-      }
-    }
+    pmds.build(&tables, threads);
     fw = fws[0].get();
   }
   /// Access port of `vlan`, or a trunk of `trunks` with `native`.
@@ -184,8 +179,8 @@ class Trace : public ::testing::Test {
   std::vector<std::unique_ptr<port::VhostPort>> ports;
   std::vector<std::unique_ptr<Frontend>> fes;
   dp::SwitchTables tables;
-  std::vector<std::unique_ptr<dp::HandoffRing>> rings;
-  std::vector<std::unique_ptr<dp::Forwarder>> fws;
+  test::PmdForwarders pmds;  // (tests/unit/pmd_forwarders.h)
+  std::vector<std::unique_ptr<dp::Forwarder>>& fws = pmds.fws;
   dp::Forwarder* fw = nullptr;
 };
 
