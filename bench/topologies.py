@@ -343,8 +343,16 @@ class VirtlinkSwitch:
     def _pmd(self):
         st = self.tb.ctl("pmd-stats")
         rxq = [l for p in st for l in p.get("rxq_loads") or []]
+        ports = self.tb.switch_stats().values()
+        off = [p.get("off_cpu") or {} for p in st]
         return (sum(p["packets"] for p in st), sum(p["busy_cycles"] for p in st),
-                sum(l["packets"] for l in rxq), sum(l["cycles"] for l in rxq))
+                sum(l["packets"] for l in rxq), sum(l["cycles"] for l in rxq),
+                # budget=US: frames delivered past it (on CPU, raw) of all delivered;
+                # the PMD threads' time off their CPUs (dp/off_cpu.h)
+                sum(p.get("over_budget", 0) for p in ports),
+                sum(p.get("over_budget_raw", 0) for p in ports),
+                sum(p["tx_packets"] for p in ports),
+                sum(o.get("intervals", 0) for o in off), sum(o.get("total_ns", 0) for o in off))
 
     def cycles_begin(self):
         self._p0 = self._pmd()
@@ -363,6 +371,8 @@ class VirtlinkSwitch:
         out = {"switch": round(d[1] / d[0])}
         if d[2] > 0:
             out["rxq"] = round(d[3] / d[2])
+        out.update(over_budget=d[4], over_budget_raw=d[5], delivered=d[6],
+                   off_cpu_intervals=d[7], off_cpu_ns=d[8])
         return out
 
     def stop(self):

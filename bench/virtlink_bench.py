@@ -132,6 +132,29 @@ def available(kind):
 # ---------------------------------------------------------------------------------------
 # RFC 2544 benches: p2p, pvp, pvvp
 
+def trial_switch_figures(cycles):
+    """What virtlink's stats say of one trial (topologies.VirtlinkSwitch.cycles_end): frames
+    delivered past a budget=US policy's US on CPU and raw, of those delivered, and the PMD
+    threads' time off their CPUs. {} for other switches."""
+    if not cycles or "delivered" not in cycles:
+        return {}
+    n = cycles["delivered"]
+    return {"delivered": n, "over_budget": cycles["over_budget"],
+            "over_budget_raw": cycles["over_budget_raw"],
+            "over_budget_fraction": cycles["over_budget"] / n if n else 0.0,
+            "off_cpu_intervals": cycles["off_cpu_intervals"],
+            "off_cpu_ms": round(cycles["off_cpu_ns"] / 1e6, 3)}
+
+
+def over_budget_max(res, ndr_pps):
+    """The largest over_budget_fraction (trial_switch_figures()) of the search's valid trials
+    offered at most `ndr_pps`, or None where the switch does not report it."""
+    vals = [trial_switch_figures(t.info.cycles).get("over_budget_fraction") for t in res.trials
+            if t.valid and t.info.offered_pps <= ndr_pps * 1.0001]
+    vals = [v for v in vals if v is not None]
+    return max(vals) if vals else None
+
+
 def measure_point(topo, label, size, opts):
     """NDR/PDR search and the latency trial for one frame size. Returns (row fields, the
     latency histogram)."""
@@ -200,6 +223,8 @@ def measure_point(topo, label, size, opts):
         log("%s latency trial at %.3f Mpps (%.0f%% of NDR): lost %d, one-way ns %s" % (
             tag, lat_rate / 1e6, 100 * opts.latency_fraction, run.lost, lat))
     cycles = res.ndr_trial.info.cycles if res.ndr_trial is not None else None
+    if cycles:  # cycles per frame only (trial_switch_figures() has the rest, per trial)
+        cycles = {k: v for k, v in cycles.items() if k in ("switch", "rxq")}
     log("%s NDR %.3f Mpps%s, PDR %.3f Mpps%s (offered; %d trials)" % (
         tag, ndr / 1e6, " (generator-limited)" if res.ndr_gen_limited else "",
         pdr / 1e6, " (generator-limited)" if res.pdr_gen_limited else "", len(res.trials)))
@@ -224,10 +249,13 @@ def measure_point(topo, label, size, opts):
                 "ndr_interval_mpps": [round(x / 1e6, 4) for x in res.ndr_interval],
                 "pdr_interval_mpps": [round(x / 1e6, 4) for x in res.pdr_interval],
                 "queue_size": opts.queue_size,
-                "trials": [{"mpps": round(t.rate / 1e6, 4), "loss": t.loss, "valid": t.valid,
-                            "offered_mpps": round(t.info.offered_pps / 1e6, 4),
-                            "core_placement": pl}
+                "trials": [dict({"mpps": round(t.rate / 1e6, 4), "loss": t.loss, "valid": t.valid,
+                                 "offered_mpps": round(t.info.offered_pps / 1e6, 4),
+                                 "core_placement": pl}, **trial_switch_figures(t.info.cycles))
                            for t, pl in zip(res.trials, placements)]},
+        # budget=US: the largest share of frames delivered past US (on CPU) in any valid
+        # trial at or below the NDR (None: not virtlink)
+        over_budget_max_fraction=over_budget_max(res, ndr),
         # Trials kept although their core placement was not near (far, or changed during
         # the trial) after the repeats placed_trial() allows; None: placement not probed.
         trials_not_near=sum(1 for pl in placements if pl not in (None, "near"))
@@ -258,8 +286,9 @@ def measure_repeated(topo, label, size, opts):
     fields = dict(fields)
     ndrs = [f["ndr_mpps"] for f, _ in runs]
     pdrs = [f["pdr_mpps"] for f, _ in runs]
+    over = [f["over_budget_max_fraction"] for f, _ in runs if f.get("over_budget_max_fraction") is not None]
     fields.update(ndr_runs=ndrs, pdr_runs=pdrs, ndr_spread=spread(ndrs), pdr_spread=spread(pdrs),
-                  repeat=opts.repeat)
+                  repeat=opts.repeat, over_budget_max_fraction=max(over) if over else None)
     return fields, hist
 
 
@@ -704,9 +733,11 @@ def main():
     ap.add_argument("--max-short", type=float, default=0.05,
                     help="a trial is invalid when the generator offered less than "
                     "1 - this of its planned frames (0.05)")
-    ap.add_argument("--queue-size", type=int, default=1024,
-                    help="entries of the generator's rings (1024: the switch's receive "
-                    "queue from the generator, as deep as a NIC's)")
+    ap.add_argument("--queue-size", type=int,
+                    help="entries of the generator's rings (the switch's receive queue from "
+                    "the generator, as deep as a NIC's: 1024; batching 4096, the deepest "
+                    "rings of common NICs, which absorb the host's stalls of about 1 ms at "
+                    "the rates measured: bench/README.md 'Host stalls')")
     ap.add_argument("--max-trials", type=int, default=30, help="per search (30)")
     ap.add_argument("--runs", type=int, default=3, help="loopback: runs per point (median; "
                     "default 3, --quick 1); --repeat N overrides it")
@@ -765,14 +796,18 @@ def main():
         opts.repeat = 1
     if opts.repeat < 1:
         ap.error("--repeat: at least 1")
+    if opts.queue_size is None:
+        opts.queue_size = 4096 if opts.name == "batching" else 1024
     if opts.name == "batching":
         # Table (a) is at 64 B; --frame-sizes are table (b)'s (default 512,1024,1280,1518).
         if opts.trial is None:
             opts.trial = 0.5 if opts.quick else 2.0
         if opts.precision is None:
             opts.precision = "15%" if opts.quick else "2%"
-        if opts.quick and opts.max_trials > 6:
-            opts.max_trials = 6
+        if opts.quick and opts.max_trials > 10:
+            # 10: the generator cannot pace the search's first rates (1.25x a back-pressured
+            # trial) on this machine; those trials are repeated, and count
+            opts.max_trials = 10
         if "--latency-fraction" not in " ".join(sys.argv):
             opts.latency_fraction = 0.5
     elif opts.frame_sizes is None:

@@ -21,6 +21,9 @@ struct CounterBase {
   QueueCounts queue[port::kMaxPorts][port::kMaxQueuePairs];
   uint64_t age_hist[port::kMaxPorts][dp::QueueAgeStats::kBuckets] = {};
   uint64_t age_sum[port::kMaxPorts] = {};
+  uint64_t age_on_cpu_hist[port::kMaxPorts][dp::QueueAgeStats::kBuckets] = {};
+  uint64_t over_budget[port::kMaxPorts] = {};
+  uint64_t over_budget_raw[port::kMaxPorts] = {};
 };
 
 /// a - b, never below 0 (a baseline is never above the counter it was taken from).

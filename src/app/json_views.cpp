@@ -39,18 +39,43 @@ QueueCounts raw_queue_counts(const SwitchView& sw, uint32_t port, uint32_t q) {
   return v;
 }
 
+/// Queue ages of output `port` summed over the PMD threads (each has its own intermediate
+/// queue for it), raw or on CPU (`on_cpu`): the buckets into `hist`, the largest into
+/// `*max_ns`; returns the sum of the ages (raw only; 0 on CPU).
+/// The buckets of `a` as a JSON array (bucket b: below 2^(b+8) ns; the last: above).
+static control::Json bucket_counts(const dp::QueueAgeStats& a) {
+  control::Json out = control::Json::array();
+  for (const auto& h : a.hist) out.push_back(h.load(std::memory_order_relaxed));
+  return out;
+}
+
+static uint64_t summed_ages(const SwitchView& sw, uint32_t port, bool on_cpu,
+                            uint64_t (&hist)[dp::QueueAgeStats::kBuckets], uint64_t* max_ns) {
+  uint64_t sum_ns = 0;
+  *max_ns = 0;
+  std::fill(std::begin(hist), std::end(hist), 0);
+  for (const auto& t : sw.pmds.threads()) {
+    const dp::QueueAgeStats& a = on_cpu ? t->forwarder().queue_age_on_cpu(port)
+                                        : t->forwarder().queue_age(port);
+    *max_ns = std::max(*max_ns, a.max_ns.load(std::memory_order_relaxed));
+    if (!on_cpu) sum_ns += a.sum_ns.load(std::memory_order_relaxed);
+    for (uint32_t b = 0; b < dp::QueueAgeStats::kBuckets; ++b)
+      hist[b] += a.hist[b].load(std::memory_order_relaxed);
+  }
+  return sum_ns;
+}
+
 void take_counter_base(const SwitchView& sw, uint32_t p, CounterBase* base) {
   base->port[p] = raw_port_counters(sw, p);
   for (uint32_t q = 0; q < port::kMaxQueuePairs; ++q) base->queue[p][q] = raw_queue_counts(sw, p, q);
-  for (uint32_t b = 0; b < dp::QueueAgeStats::kBuckets; ++b) {
-    uint64_t h = 0;
-    for (const auto& t : sw.pmds.threads())
-      h += t->forwarder().queue_age(p).hist[b].load(std::memory_order_relaxed);
-    base->age_hist[p][b] = h;
+  uint64_t max_ns;
+  base->age_sum[p] = summed_ages(sw, p, false, base->age_hist[p], &max_ns);
+  summed_ages(sw, p, true, base->age_on_cpu_hist[p], &max_ns);
+  base->over_budget[p] = base->over_budget_raw[p] = 0;
+  for (const auto& t : sw.pmds.threads()) {
+    base->over_budget[p] += t->forwarder().over_budget(p);
+    base->over_budget_raw[p] += t->forwarder().over_budget_raw(p);
   }
-  base->age_sum[p] = 0;
-  for (const auto& t : sw.pmds.threads())
-    base->age_sum[p] += t->forwarder().queue_age(p).sum_ns.load(std::memory_order_relaxed);
   for (const auto& t : sw.pmds.threads()) t->clear_queue_age_max(p);
 }
 
@@ -247,16 +272,8 @@ uint64_t port_features(const port::Port& p) {
 
 /// Adds queue_age_max_ns and queue_age_histogram of output `port` to its stats object.
 void add_queue_age(const SwitchView& sw, uint32_t port, control::Json* out) {
-  // Summed over PMD threads: each has its own intermediate queue for this port.
-  uint64_t max_ns = 0, sum_ns = 0;
-  uint64_t hist[dp::QueueAgeStats::kBuckets] = {};
-  for (const auto& t : sw.pmds.threads()) {
-    const dp::QueueAgeStats& a = t->forwarder().queue_age(port);
-    max_ns = std::max(max_ns, a.max_ns.load(std::memory_order_relaxed));
-    sum_ns += a.sum_ns.load(std::memory_order_relaxed);
-    for (uint32_t b = 0; b < dp::QueueAgeStats::kBuckets; ++b)
-      hist[b] += a.hist[b].load(std::memory_order_relaxed);
-  }
+  uint64_t hist[dp::QueueAgeStats::kBuckets], max_ns;
+  const uint64_t sum_ns = summed_ages(sw, port, false, hist, &max_ns);
   for (uint32_t b = 0; b < dp::QueueAgeStats::kBuckets; ++b) hist[b] = since(hist[b], sw.base.age_hist[port][b]);
   control::Json h = control::Json::array();
   for (uint32_t b = 0; b < dp::QueueAgeStats::kBuckets; ++b) {
@@ -271,6 +288,21 @@ void add_queue_age(const SwitchView& sw, uint32_t port, control::Json* out) {
   // Prometheus histogram (app/metrics_text.h).
   (*out)["queue_age_buckets"] = control::Json(std::vector<uint64_t>(std::begin(hist), std::end(hist)));
   (*out)["queue_age_sum_ns"] = since(sum_ns, sw.base.age_sum[port]);
+  // The same ages less the time the PMD thread was kept off its CPU (dp/off_cpu.h), for
+  // outputs under budget=US.
+  uint64_t on[dp::QueueAgeStats::kBuckets], on_max;
+  summed_ages(sw, port, true, on, &on_max);
+  for (uint32_t b = 0; b < dp::QueueAgeStats::kBuckets; ++b) on[b] = since(on[b], sw.base.age_on_cpu_hist[port][b]);
+  uint64_t over = 0, over_raw = 0;
+  for (const auto& t : sw.pmds.threads()) {
+    over += t->forwarder().over_budget(port);
+    over_raw += t->forwarder().over_budget_raw(port);
+  }
+  // Frames delivered later than a budget=US policy's US, on CPU and raw.
+  (*out)["over_budget"] = since(over, sw.base.over_budget[port]);
+  (*out)["over_budget_raw"] = since(over_raw, sw.base.over_budget_raw[port]);
+  (*out)["queue_age_on_cpu_max_ns"] = on_max;
+  (*out)["queue_age_on_cpu_buckets"] = control::Json(std::vector<uint64_t>(std::begin(on), std::end(on)));
 }
 
 /// Adds the port's rates over the tick's last sampling interval (app/port_rates.h).
@@ -589,6 +621,10 @@ control::Json pmd_stats_json(const SwitchView& sw) {
                    {"rxqs", names},
                    {"rxq_loads", rxqs},
                    {"flush_check_gap_max_ns", t->forwarder().check_gap_max_ns()},
+                   {"off_cpu", {{"intervals", t->off_cpu().count()},
+                                {"total_ns", t->off_cpu().total_ns()},
+                                {"max_ns", t->off_cpu().max_ns()},
+                                {"buckets", bucket_counts(t->off_cpu().lengths())}}},
                    {"spin_preempted", t->spin_preempted()},
                    {"spin_window_ns", t->spin_window_ns()},
                    {"sched", sched_json(t->tid())}});

@@ -21,7 +21,10 @@ Forwarder::Forwarder(SwitchTables* t, uint64_t (*clock)(), uint32_t thread)
     : tables_(t), clock_(clock), thread_(thread < port::kMaxPmdThreads ? thread : 0) {
   for (uint32_t i = 0; i < kPoolSlots; ++i) free_[i] = static_cast<uint16_t>(kPoolSlots - 1 - i);
   nfree_ = kPoolSlots;
-  for (uint32_t i = 0; i < port::kMaxPorts; ++i) src_old_[i] = src_young_[i] = kNoSlot;
+  for (uint32_t i = 0; i < port::kMaxPorts; ++i) {
+    src_old_[i] = src_young_[i] = kNoSlot;
+    budget_ns_[i] = UINT64_MAX;
+  }
   for (uint32_t i = 0; i < kKeptBlocks; ++i) kept_free_[i] = static_cast<uint8_t>(i);
   kept_nfree_ = kKeptBlocks;
 }
@@ -55,6 +58,7 @@ void Forwarder::refresh_policies() {
   any_hold_ = false;
   for (uint32_t i = 0; i < port::kMaxPorts; ++i) {
     policy_[i] = tables_->flush_policy(i);
+    budget_ns_[i] = policy_[i].kind == FlushKind::kBudget ? uint64_t{policy_[i].us} * 1000 : UINT64_MAX;
     any_hold_ |= !due_at_burst_end(policy_[i]);
   }
 }
@@ -303,6 +307,7 @@ Drop Forwarder::split_into_slot(Slot& sl, const Chain& ch, uint32_t hdr_len) {
   port::QueueCounters& qc = qcounters_[bt.in][bt.qi];
   PortCounters::add(qc.rx_packets, bt.taken);
   PortCounters::add(qc.rx_bytes, bt.bytes);
+  pass_bytes_ += bt.bytes;
   senders_dirty_ |= bit(bt.in);
   dirty_q_[bt.in] |= static_cast<uint8_t>(1u << bt.qi);
   taken_[bt.in] += bt.taken;
@@ -995,7 +1000,6 @@ template <class Q, class Get>
 uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, uint32_t cnt,
                                   uint64_t now, uint64_t keep_ns) {
   const port::PortDp& out_dp = tables_->port(o)->dp();
-  QueueAgeStats& age = age_[o];
   uint64_t sent = 0, bytes = 0, nobuf = 0;
   // The receiver's settings as locals (the pops' barriers would reload them every frame).
   const uint32_t max_frame = out_dp.caps.max_frame;
@@ -1013,7 +1017,7 @@ uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, u
   for (; j < nrx; ++j) {
     const Slot& sl = frame(j);
     if (sl.t_ns != run_t) [[unlikely]] {
-      age.add(now > run_t ? now - run_t : 0, j - run_j);
+      add_age(o, run_t, now, j - run_j);
       run_t = sl.t_ns;
       run_j = j;
     }
@@ -1029,7 +1033,7 @@ uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, u
   for (; j < cnt; ++j) {
     const Slot& sl = frame(j);
     if (sl.t_ns != run_t) [[unlikely]] {
-      age.add(now > run_t ? now - run_t : 0, j - run_j);
+      add_age(o, run_t, now, j - run_j);
       run_t = sl.t_ns;
       run_j = j;
     }
@@ -1071,12 +1075,12 @@ uint32_t Forwarder::deliver_queue(uint32_t o, uint32_t qi, Q* rq, Get&& frame, u
       ++nobuf;
     } else if (!count_refused(o, st, sl.src)) [[unlikely]] {  // the receive queue stopped
       stop_rx_queue(o, qi, cnt - j, rq->state());
-      age.add(now > run_t ? now - run_t : 0, j + 1 - run_j);  // frames after it: not aged
+      add_age(o, run_t, now, j + 1 - run_j);  // frames after it: not aged
       run_j = j = cnt;  // all counted: none kept
       break;
     }
   }
-  if (j > run_j) age.add(now > run_t ? now - run_t : 0, j - run_j);
+  if (j > run_j) add_age(o, run_t, now, j - run_j);
   end_delivery(o, qi, sent, bytes, nobuf);
   // A call into the receive queue takes noted completions along (one INTx interrupt).
   if (rq->publish_used() && (calls_due_ & bit(o))) [[unlikely]] send_calls(o);

@@ -42,6 +42,7 @@
 #include "dp/fdb.h"
 #include "dp/flow_hash.h"
 #include "dp/flush.h"
+#include "dp/off_cpu.h"
 #include "dp/handoff.h"
 #include "dp/observe.h"
 #include "dp/vlan.h"
@@ -166,10 +167,31 @@ class Forwarder {
   }
   /// Queue ages of output `port` as seen by this thread.
   const QueueAgeStats& queue_age(uint32_t port) const { return age_[port]; }
+  /// The same ages less the time this thread was kept off its CPU while the frame waited
+  /// (dp/off_cpu.h): what a budget=US policy answers for (recorded under that policy only).
+  const QueueAgeStats& queue_age_on_cpu(uint32_t port) const { return age_on_cpu_[port]; }
+  /// Frames delivered to output `port` under budget=US later than US: on CPU (the policy's
+  /// promise) and raw (including time off the CPU). Relaxed loads.
+  uint64_t over_budget(uint32_t port) const { return over_budget_[port].load(std::memory_order_relaxed); }
+  uint64_t over_budget_raw(uint32_t port) const {
+    return over_budget_raw_[port].load(std::memory_order_relaxed);
+  }
+  /// This thread's intervals off its CPU: its PMD thread records them (dp/pmd.cpp).
+  OffCpuLog& off_cpu() { return off_cpu_; }
+  const OffCpuLog& off_cpu() const { return off_cpu_; }
+  /// Bytes taken since the last call (the PMD thread's bound on a pass's work).
+  uint64_t take_pass_bytes() {
+    const uint64_t b = pass_bytes_;
+    pass_bytes_ = 0;
+    return b;
+  }
   /// Starts output `port`'s longest queue age afresh (`ctl stats-clear`, a port added into
   /// a vacant slot). Control thread; a frame the thread records at that instant may be
   /// lost to the maximum (the histogram is cleared by a baseline, app/counter_base.h).
-  void clear_queue_age_max(uint32_t port) { age_[port].max_ns.store(0, std::memory_order_relaxed); }
+  void clear_queue_age_max(uint32_t port) {
+    age_[port].max_ns.store(0, std::memory_order_relaxed);
+    age_on_cpu_[port].max_ns.store(0, std::memory_order_relaxed);
+  }
   /// Longest time (ns) between a deadline check and the delivery, at the next check, of a
   /// queue that was due: the "one poll loop" by which interval=US may exceed US.
   uint64_t check_gap_max_ns() const { return gap_max_ns_.load(std::memory_order_relaxed); }
@@ -424,6 +446,27 @@ class Forwarder {
   port::QueueCounters qcounters_[port::kMaxPorts][port::kMaxQueuePairs];
   std::atomic<uint64_t> routed_[port::kMaxPorts] = {};
   QueueAgeStats age_[port::kMaxPorts];
+  QueueAgeStats age_on_cpu_[port::kMaxPorts];
+  OffCpuLog off_cpu_;
+  uint64_t pass_bytes_ = 0;
+  /// Records the ages of `n` frames taken at `from_ns` and delivered at `now_ns`: raw, and
+  /// on CPU for an output under budget=US (the only policy that promises a bound).
+  void add_age(uint32_t o, uint64_t from_ns, uint64_t now_ns, uint64_t n) {
+    const uint64_t a = now_ns > from_ns ? now_ns - from_ns : 0;
+    age_[o].add(a, n);
+    if (budget_ns_[o] != UINT64_MAX) [[unlikely]] add_budget_age(o, from_ns, now_ns, a, n);
+  }
+  void add_budget_age(uint32_t o, uint64_t from_ns, uint64_t now_ns, uint64_t a, uint64_t n) {
+    const uint64_t on = a - off_cpu_.overlap(from_ns, now_ns);
+    age_on_cpu_[o].add(on, n);
+    if (a > budget_ns_[o]) [[unlikely]] {
+      port::PortCounters::add(over_budget_raw_[o], n);
+      if (on > budget_ns_[o]) port::PortCounters::add(over_budget_[o], n);
+    }
+  }
+  uint64_t budget_ns_[port::kMaxPorts];  // budget=US of each output, in ns (else UINT64_MAX)
+  std::atomic<uint64_t> over_budget_[port::kMaxPorts] = {};
+  std::atomic<uint64_t> over_budget_raw_[port::kMaxPorts] = {};
 };
 
 }  // namespace vl::dp

@@ -243,6 +243,45 @@ bool PmdThread::adaptive_idle(const OwnWait& own_wait) {
   return true;
 }
 
+void PmdThread::note_off_cpu(uint64_t from_tsc, uint64_t to_tsc) {
+  const uint64_t a = tsc_to_ns(from_tsc), b = tsc_to_ns(to_tsc);
+  if (a && b > a) fw_->off_cpu().record(a, b);
+}
+
+uint32_t PmdThread::poll_rxqs(uint64_t t0) {
+  uint32_t got = 0;
+  uint64_t tprev = t0;
+  for (uint32_t i = 0; i < nrxqs_; ++i) {
+    const RxqId q = rxqs_[i];
+    const uint32_t n = fw_->poll(q.port, q.queue);
+    if (n) {  // one TSC read per non-empty burst: the rxq's cycles (for cycles assignment)
+      const uint64_t tn = rdtsc();
+      RxqLoad& l = load_[q.port][q.queue];
+      l.cycles.store(l.cycles.load(std::memory_order_relaxed) + (tn - tprev), std::memory_order_relaxed);
+      l.packets.store(l.packets.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+      tprev = tn;
+      got += n;
+    }
+  }
+  return got;
+}
+
+void PmdThread::account_pass(uint64_t t0, uint64_t t1, uint32_t got, uint32_t handed, uint64_t tpu) {
+  if (tpu) [[likely]] {
+    // A pass longer than its work can take was kept off its CPU for the excess, noted at
+    // the pass's end (dp/off_cpu.h).
+    const uint64_t bound = pass_work_bound_ns(got + handed, fw_->take_pass_bytes()) * tpu / 1000;
+    if (t1 - t0 > bound) [[unlikely]] note_off_cpu(t0 + bound, t1);
+  }
+  if (!got && !handed) return;
+  busy_passes_.store(busy_passes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  busy_cycles_.store(busy_cycles_.load(std::memory_order_relaxed) + (t1 - t0),
+                     std::memory_order_relaxed);
+  // Release: a reader that loads packets() (acquire) and then the rxq loads sees loads at
+  // least as large (pmd-stats is then never short of its own total).
+  packets_.store(packets_.load(std::memory_order_relaxed) + got, std::memory_order_release);
+}
+
 void PmdThread::run() {
   if (cpu_ >= 0) {
     const int rc = pin_current_thread(cpu_);
@@ -261,6 +300,10 @@ void PmdThread::run() {
   start_tsc_.store(rdtsc(), std::memory_order_relaxed);
   bool kicks_on = true;  // a ring starts with kicks enabled (used flags 0, avail_event 0)
   uint64_t seen_gen = 0;
+  // Time off the CPU (dp/off_cpu.h): the TSC at the end of the last pass (0 after a sleep,
+  // which is not such time), and the TSC's ticks per us (0: uncalibrated, nothing noted).
+  uint64_t prev_end = 0;
+  const uint64_t tpu = tsc_ticks_per_us();
   while (!stop_.load(std::memory_order_relaxed)) {
     passes_.fetch_add(1, std::memory_order_seq_cst);  // quiescent point (see pmd.h)
     // Frames held across passes, calls noted for later: pmd.h.
@@ -279,34 +322,16 @@ void PmdThread::run() {
     // mistaken for time off the CPU.
     const uint64_t pass_ns = opts_.mode == PmdMode::kAdaptive ? tsc_now_ns() : 0;
     const uint64_t t0 = rdtsc();
-    uint32_t got = 0;
-    uint64_t tprev = t0;
-    for (uint32_t i = 0; i < nrxqs_; ++i) {
-      const RxqId q = rxqs_[i];
-      const uint32_t n = fw_->poll(q.port, q.queue);
-      if (n) {  // one TSC read per non-empty burst: the rxq's cycles (for cycles assignment)
-        const uint64_t tn = rdtsc();
-        RxqLoad& l = load_[q.port][q.queue];
-        l.cycles.store(l.cycles.load(std::memory_order_relaxed) + (tn - tprev), std::memory_order_relaxed);
-        l.packets.store(l.packets.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-        tprev = tn;
-        got += n;
-      }
-    }
+    if (prev_end && t0 - prev_end > kOffCpuMinNs / 1000 * tpu) [[unlikely]] note_off_cpu(prev_end, t0);
+    const uint32_t got = poll_rxqs(t0);
     // Frames other threads handed to this one (not counted in its packets: they were
     // taken, and counted, by the thread that polled them).
     const uint32_t handed = fw_->drain_handoffs();
     fw_->end_pass();  // held queues whose interval or budget is up
     if (fw_->calls_pending()) [[unlikely]] fw_->send_due_calls();  // completion coalescing
-    if (got || handed) {
-      const uint64_t t1 = rdtsc();
-      busy_passes_.store(busy_passes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      busy_cycles_.store(busy_cycles_.load(std::memory_order_relaxed) + (t1 - t0),
-                         std::memory_order_relaxed);
-      // Release: a reader that loads packets() (acquire) and then the rxq loads sees
-      // loads at least as large (pmd-stats is then never short of its own total).
-      packets_.store(packets_.load(std::memory_order_relaxed) + got, std::memory_order_release);
-    }
+    const uint64_t t1 = rdtsc();
+    account_pass(t0, t1, got, handed, tpu);
+    if (tpu) [[likely]] prev_end = t1;
     if (got || handed || opts_.mode == PmdMode::kPoll) {
       if (opts_.mode == PmdMode::kAdaptive) idle_.busy(pass_ns);
       if (kicks_on) {  // while polling, the driver need not kick (saves it a syscall a burst)
@@ -321,9 +346,16 @@ void PmdThread::run() {
     }
     switch (opts_.mode) {
       case PmdMode::kPoll: __builtin_ia32_pause(); break;
-      case PmdMode::kInterrupt: kicks_on = true; try_sleep(); break;
+      case PmdMode::kInterrupt:
+        kicks_on = true;
+        try_sleep();
+        prev_end = 0;
+        break;
       case PmdMode::kAdaptive:
-        if (adaptive_idle(own_wait)) kicks_on = true;
+        if (adaptive_idle(own_wait)) {
+          kicks_on = true;
+          prev_end = 0;
+        }
         break;
     }
   }

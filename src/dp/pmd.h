@@ -129,6 +129,8 @@ class PmdThread {
   /// TSC cycles spent in passes that forwarded something, and the chains they took:
   /// their ratio is the thread's cycles per packet (like OVS pmd-stats-show).
   uint64_t busy_cycles() const { return busy_cycles_.load(std::memory_order_relaxed); }
+  /// The intervals this thread was kept off its CPU (dp/off_cpu.h).
+  const OffCpuLog& off_cpu() const { return fw_->off_cpu(); }
   /// Chains the thread took, lifetime. Stored after the pass's per-rxq loads (release), so
   /// a reader that takes packets() first and the RxqLoad counters next gets rxq packets
   /// >= this total, ahead by at most what the thread took in between.
@@ -137,6 +139,13 @@ class PmdThread {
  private:
   void run();
   bool try_sleep();
+  /// Polls every rxq once (a pass starting at TSC `t0`); returns the frames taken.
+  uint32_t poll_rxqs(uint64_t t0);
+  /// The pass [t0, t1) (TSC) took `got` frames and was handed `handed`: busy cycles, and
+  /// time off the CPU beyond its work's bound (`tpu`: TSC ticks per us; 0: not noted).
+  void account_pass(uint64_t t0, uint64_t t1, uint32_t got, uint32_t handed, uint64_t tpu);
+  /// Notes [from, to) (TSC ticks) as time off the CPU.
+  void note_off_cpu(uint64_t from_tsc, uint64_t to_tsc);
   /// Adaptive mode's idle pass (dp/idle_policy.h): spins a pause or sleeps. Returns true
   /// if it tried to sleep (kicks are then enabled).
   bool adaptive_idle(const OwnWait& own_wait);

@@ -51,6 +51,17 @@ uint64_t tsc_now_ns() {
   return g_base_ns + static_cast<uint64_t>((static_cast<unsigned __int128>(d) * m) >> 32);
 }
 
+uint64_t tsc_to_ns(uint64_t tsc) {
+  const uint64_t m = g_mult.load(std::memory_order_acquire);
+  if (!m || tsc < g_base_tsc) return 0;
+  return g_base_ns + static_cast<uint64_t>((static_cast<unsigned __int128>(tsc - g_base_tsc) * m) >> 32);
+}
+
+uint64_t tsc_ticks_per_us() {
+  const uint64_t m = g_mult.load(std::memory_order_acquire);
+  return m ? (uint64_t{1000} << 32) / m : 0;
+}
+
 void calibrate_tsc_ns() {
   if (g_mult.load(std::memory_order_acquire)) return;
   const double hz = TscClock::calibrate(10).hz();

@@ -60,6 +60,10 @@ class TscClock {
 /// the TSC ticks since, at the calibrated rate (before that call it reads CLOCK_MONOTONIC).
 /// About 10 ns a read. The clock of the switch's intermediate queues (dp/flush.h).
 uint64_t tsc_now_ns();
+/// A TSC reading (rdtsc()) on tsc_now_ns()'s scale; 0 before calibrate_tsc_ns().
+uint64_t tsc_to_ns(uint64_t tsc);
+/// TSC ticks in one us at tsc_now_ns()'s calibration; 0 before it.
+uint64_t tsc_ticks_per_us();
 /// Calibrates tsc_now_ns() (TscClock::calibrate over ~10 ms; called once by the switch
 /// before its PMD threads start; a later call does nothing). Keeps CLOCK_MONOTONIC when the
 /// measured rate is not positive.

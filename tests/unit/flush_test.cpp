@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <random>
 
 #include "dp/flush.h"
@@ -123,13 +124,16 @@ struct SimResult {
   uint64_t max_gap = 0;
   uint64_t delivered = 0;
   uint64_t flushes = 0;
+  uint64_t short_flushes = 0;  ///< of fewer frames than a full burst
 };
 
-SimResult simulate(FlushPolicy p, uint64_t loop_min, uint64_t loop_max, uint64_t mean_arrival,
+/// The time from one arrival to the next (ns), drawn from `rng`.
+using ArrivalGap = std::function<uint64_t(std::mt19937_64&)>;
+
+SimResult simulate(FlushPolicy p, uint64_t loop_min, uint64_t loop_max, const ArrivalGap& gap,
                    bool sleeps, uint32_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<uint64_t> loop(loop_min, loop_max);
-  std::exponential_distribution<double> gap(1.0 / static_cast<double>(mean_arrival));
   const uint32_t burst = 32;
   SimResult r;
   std::deque<uint64_t> q;  // enqueue times
@@ -141,6 +145,7 @@ SimResult simulate(FlushPolicy p, uint64_t loop_min, uint64_t loop_max, uint64_t
     for (uint64_t t : q) r.max_age = std::max(r.max_age, now - t);
     if (prev_check) r.max_gap = std::max(r.max_gap, now - prev_check);
     r.delivered += q.size();
+    if (q.size() < 32) ++r.short_flushes;
     q.clear();
     ++r.flushes;
   };
@@ -152,7 +157,7 @@ SimResult simulate(FlushPolicy p, uint64_t loop_min, uint64_t loop_max, uint64_t
       q.push_back(t_burst);
       ++sent;
       ++got;
-      next_arrival += static_cast<uint64_t>(gap(rng)) + 1;
+      next_arrival += gap(rng) + 1;
       if (due_on_enqueue(p, static_cast<uint32_t>(q.size()), burst)) flush(0);
     }
     if (got && due_at_burst_end(p) && !q.empty()) flush(0);
@@ -175,6 +180,15 @@ SimResult simulate(FlushPolicy p, uint64_t loop_min, uint64_t loop_max, uint64_t
   }
   EXPECT_EQ(r.delivered, n_frames);
   return r;
+}
+
+/// Poisson arrivals, `mean` ns apart on average.
+SimResult simulate(FlushPolicy p, uint64_t loop_min, uint64_t loop_max, uint64_t mean,
+                   bool sleeps, uint32_t seed) {
+  std::exponential_distribution<double> e(1.0 / static_cast<double>(mean));
+  return simulate(p, loop_min, loop_max, [e](std::mt19937_64& g) mutable {
+    return static_cast<uint64_t>(e(g));
+  }, sleeps, seed);
 }
 
 TEST(FlushSimulation, IntervalHoldsAtMostUsPlusOneLoop) {
@@ -220,6 +234,46 @@ TEST(FlushSimulation, ImmediateAndRxBatchNeverHoldAcrossLoops) {
     const SimResult r = simulate(P(s), 200, 3000, 500, false, 4);
     EXPECT_EQ(r.max_age, 0u) << s;  // delivered within the burst that took them
   }
+}
+
+}  // namespace
+}  // namespace vl::dp
+
+namespace vl::dp {
+namespace {
+
+// Arrival patterns for budget=US: steady (a frame every G ns), bursty (trains of K frames
+// back to back, then a pause), trickle (frames further apart than the budget), each with
+// loops that vary by up to 2x: no frame is held past the budget.
+TEST(FlushSimulation, BudgetHeldNoFrameLongerAtAnyPattern) {
+  const ArrivalGap steady = [](std::mt19937_64&) -> uint64_t { return 700; };
+  const ArrivalGap trickle = [](std::mt19937_64& g) -> uint64_t { return 60'000 + g() % 40'000; };
+  uint32_t n = 0;
+  const ArrivalGap bursty = [&n](std::mt19937_64& g) -> uint64_t {
+    return ++n % 20 ? 50 : 20'000 + g() % 60'000;  // trains of 20
+  };
+  const std::pair<const char*, const ArrivalGap*> patterns[] = {
+      {"steady", &steady}, {"trickle", &trickle}, {"bursty", &bursty}};
+  for (const auto& [name, gap] : patterns) {
+    for (uint32_t us : {10u, 50u, 200u}) {
+      for (uint32_t seed = 1; seed <= 3; ++seed) {
+        const std::string pol = "budget=" + std::to_string(us);
+        const SimResult r = simulate(P(pol.c_str()), 800, 1600, *gap, false, seed);
+        EXPECT_LE(r.max_age, uint64_t{us} * 1000) << name << " " << pol << " seed " << seed;
+      }
+    }
+  }
+}
+
+// When a full burst arrives well within the budget, the policy waits for it and delivers
+// it whole: no flush of fewer frames than a burst (but the last).
+TEST(FlushSimulation, BudgetDoesNotSplitFullBursts) {
+  // A frame every 500 ns: 32 frames in 16 us, the budget 50 us.
+  const SimResult r = simulate(P("budget=50"), 800, 1600,
+                               [](std::mt19937_64&) -> uint64_t { return 500; }, false, 7);
+  EXPECT_LE(r.short_flushes, 1u);
+  EXPECT_GE(r.delivered / r.flushes, 31u);
+  EXPECT_LE(r.max_age, 50'000u);
 }
 
 }  // namespace
