@@ -74,12 +74,21 @@ def run(opts, measure_point, log):
     lat = {}      # (label, size) -> latency dict
     hists = {}    # size -> {label: hist}
     lat_rate = {"pps": None}
-    kinds = [("virtlink", POLICIES)]
-    if topologies.have_ovs():
+    # --switches: the kinds to measure (virtlink, ovs-dpdk; default both); --topologies:
+    # p2v and/or pvp (default both). Left out, a column or table stays empty and says so.
+    want = set(k.split(":")[0] for k in opts.switches.split(",")) if opts.switches else \
+        {"virtlink", "ovs-dpdk"}
+    topos = [t for t in TOPOS if not opts.topologies or t[0] in opts.topologies.split(",")]
+    kinds = [("virtlink", POLICIES)] if "virtlink" in want else []
+    if "ovs-dpdk" not in want:
+        errors.append("ovs-dpdk: left out (--switches), its columns are empty")
+    elif topologies.have_ovs():
         kinds.append(("ovs-dpdk", OVS_FLUSH))
     else:
         errors.append("ovs-dpdk: not installed (scripts/install-deps.sh), its columns are empty")
-    for seed_topo, topo_key in TOPOS:
+    if len(topos) < len(TOPOS):
+        errors.append("topologies: only %s (--topologies)" % ",".join(t[0] for t in topos))
+    for seed_topo, topo_key in topos:
         for kind, settings in kinds:
             mode = ("bridge" if kind == "virtlink" else "normal") if seed_topo == "p2v" else "xconnect"
             tag = "%s %s/%s" % (seed_topo, kind, mode)

@@ -84,23 +84,56 @@ def vnf_snapshot(proc, timeout=5):
     raise RuntimeError("%s printed no statistics" % proc.name)
 
 
+def cpu_ns(pid):
+    """CPU time (ns) of every thread of process `pid` so far: the first field of the kernel's
+    schedstat, time on a CPU (time waiting for one is not in it)."""
+    total = 0
+    for t in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/schedstat" % (pid, t)) as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that ended meanwhile
+    return total
+
+
 def cycles_trial(topo, size, trial_s, hops):
     """One back-pressured trial; returns (carried pps, {component: cycles per frame}, tsc_hz,
-    gen ceiling Mpps)."""
+    gen ceiling Mpps, {vnfI: busy TSC cycles per frame}). A VNF's cycles per frame are its
+    CPU time (cpu_ns) at the TSC rate per frame it forwarded: unlike its busy TSC cycles,
+    they leave out the time other processes on its CPU ran in the middle of a pass."""
     before = [vnf_snapshot(p) for p in topo.vnfs]
+    cpu0 = [cpu_ns(p.pid) for p in topo.vnfs]
     run = topo.trial(0, size, trial_s)
+    cpu1 = [cpu_ns(p.pid) for p in topo.vnfs]
     after = [vnf_snapshot(p) for p in topo.vnfs]
     carried = run.rx / run.duration_s if run.duration_s else 0
-    cyc = {}
+    tsc = run.doc.get("clock", {}).get("hz") or (after[0]["tsc_hz"] if after else None)
+    cyc, busy = {}, {}
     sw = run.cycles.get("switch") if run.cycles else None
     if sw:
         cyc["switch"] = round(sw * hops)
     for i, (b, a) in enumerate(zip(before, after)):
         dp = a["packets"] - b["packets"]
         dc = a["busy_cycles"] - b["busy_cycles"]
-        cyc["vnf%d" % i] = round(dc / dp) if dp > 0 else None
-    tsc = run.doc.get("clock", {}).get("hz") or (after[0]["tsc_hz"] if after else None)
-    return carried, cyc, tsc, run.doc.get("ceiling_mpps")
+        busy["vnf%d" % i] = round(dc / dp) if dp > 0 else None
+        cyc["vnf%d" % i] = round((cpu1[i] - cpu0[i]) * tsc / 1e9 / dp) if dp > 0 and tsc else None
+    return carried, cyc, tsc, run.doc.get("ceiling_mpps"), busy
+
+
+def cycles_repeated(topo, size, opts, hops):
+    """cycles_trial() --repeat times: the median carried rate and, per component, the median
+    cycles per frame."""
+    runs = [cycles_trial(topo, size, opts.trial, hops) for _ in range(opts.repeat)]
+
+    def med(vals):
+        vals = sorted(v for v in vals if v is not None)
+        return vals[(len(vals) - 1) // 2] if vals else None
+    keys = set(k for r in runs for k in r[1])
+    cyc = {k: med([r[1].get(k) for r in runs]) for k in sorted(keys)}
+    busy = {k: med([r[4].get(k) for r in runs]) for k in sorted(set(k for r in runs for k in r[4]))}
+    return (med([r[0] for r in runs]), cyc, med([r[2] for r in runs]),
+            med([r[3] for r in runs]), busy)
 
 
 def projection(cyc, tsc_hz):
@@ -123,7 +156,8 @@ def run_mode(mode, n, sizes, opts, rows, errors, diag):
     try:
         with vltest.Testbed(None) as tb:
             sw = topologies.make_switch(tb, kind, swmode)
-            topo = topologies.Topology(tb, "chain%d" % n, sw, queue_size=opts.queue_size)
+            topo = topologies.Topology(tb, "chain%d" % n, sw, queue_size=opts.queue_size,
+                                       vnf_cpu=topologies.GEN_CPU)
             t0 = time.time()
             topo.start()
             hops = n + 1
@@ -138,7 +172,7 @@ def run_mode(mode, n, sizes, opts, rows, errors, diag):
             log("[chain %s] started in %.1f s" % (label, time.time() - t0))
             for size in sizes:
                 tag = "[chain %s %dB]" % (label, size)
-                carried, cyc, tsc, gen_ceiling = cycles_trial(topo, size, opts.trial, hops)
+                carried, cyc, tsc, gen_ceiling, busy = cycles_repeated(topo, size, opts, hops)
                 proj, bottleneck = projection(cyc, tsc) if tsc else (None, None)
                 log("%s back-pressured: %.3f Mpps carried; cycles/frame %s; projected NDR with "
                     "one core per component %s Mpps (%s)" % (tag, carried / 1e6, cyc, proj,
@@ -146,8 +180,9 @@ def run_mode(mode, n, sizes, opts, rows, errors, diag):
                 o = copy.copy(opts)
                 line = vb.line_rate_pps(size) * 2
                 o.max_mpps = max(min(line, 1.25 * carried), 1000.0) / 1e6
-                fields, _ = vb.measure_point(topo, label, size, o)
+                fields, _ = vb.measure_repeated(topo, label, size, o)
                 fields["cycles_per_packet"] = cyc or None
+                fields["vnf_busy_cycles_per_packet"] = busy or None
                 fields["search"]["calibration_mpps"] = round(carried / 1e6, 4)
                 rows.append(report.row(
                     experiment="chain", topology="chain", switch="none" if mode == "direct" else kind,
@@ -179,11 +214,11 @@ def p2p_check(sizes, opts, rows, errors):
             topo.start()
             topo.start_gen()
             for size in sizes:
-                carried, cyc, tsc, gen_ceiling = cycles_trial(topo, size, opts.trial, 1)
+                carried, cyc, tsc, gen_ceiling, _ = cycles_repeated(topo, size, opts, 1)
                 proj, _ = projection(cyc, tsc) if tsc else (None, None)
                 o = copy.copy(opts)
                 o.max_mpps = max(min(vb.line_rate_pps(size) * 2, 1.25 * carried), 1000.0) / 1e6
-                fields, _ = vb.measure_point(topo, "p2p-check", size, o)
+                fields, _ = vb.measure_repeated(topo, "p2p-check", size, o)
                 both = min(proj, gen_ceiling) if proj and gen_ceiling else proj
                 fields["cycles_per_packet"] = cyc or None
                 rows.append(report.row(
@@ -247,7 +282,51 @@ def table(rows, sizes, ns):
                              report.fmt_num(r["projected_with_gen_mpps"]),
                              "%.2f" % (r["ndr_mpps"] / r["projected_with_gen_mpps"])
                              if r["projected_with_gen_mpps"] else "-"))
+    lines += goals(rows, sizes, ns)
     return lines
+
+
+def chain_cycles(r):
+    """Cycles per frame of every process that works on a frame of chain row `r` (the switch,
+    all its crossings, and every VNF), or None if one is missing."""
+    cyc = r["cycles_per_packet"] or {}
+    vals = [cyc.get("switch")] + [cyc.get("vnf%d" % i) for i in range(r["vnfs"])]
+    return sum(vals) if all(v is not None for v in vals) else None
+
+
+def goals(rows, sizes, ns):
+    """Issue 21's goals for this bench: the method check within 20%, direct links flat from
+    the shortest to the longest chain (projected, >= 0.9x), and a chain of direct links
+    cheaper, counting every process, than the same chain switched."""
+    out = ["", "goals (issue 21):"]
+    for r in (x for x in rows if x["topology"] == "p2p"):
+        p = r.get("projected_with_gen_mpps")
+        if p:
+            q = r["ndr_mpps"] / p
+            out.append("  method check %d B: measured/projected %.2f (goal 0.80-1.20): %s" % (
+                r["frame_size"], q, "met" if 0.8 <= q <= 1.2 else "NOT met"))
+    chain = [r for r in rows if r["topology"] == "chain"]
+
+    def find(mode, n, size):
+        return next((x for x in chain if x["chain_mode"] == mode and x["vnfs"] == n and
+                     x["frame_size"] == size), None)
+    lo, hi = min(ns), max(ns)
+    for size in sizes:
+        a, b = find("direct", lo, size), find("direct", hi, size)
+        if a and b and lo != hi and a["projected_ndr_mpps"] and b["projected_ndr_mpps"]:
+            q = b["projected_ndr_mpps"] / a["projected_ndr_mpps"]
+            out.append("  direct %d B: projected NDR N=%d / N=%d %.2f (goal >= 0.90): %s" % (
+                size, hi, lo, q, "met" if q >= 0.9 else "NOT met"))
+        for n in ns:
+            sw, d = find("virtlink", n, size), find("direct", n, size)
+            cs, cd = (chain_cycles(sw) if sw else None), (chain_cycles(d) if d else None)
+            if cs and cd:
+                out.append("  %d B N=%d: cycles per frame of every process, switched %d, direct "
+                           "%d: a direct hop %s than a switched one (%+.0f cycles per inner "
+                           "hop): %s" % (size, n, cs, cd, "cheaper" if cd < cs else "dearer",
+                                         (cd - cs) / max(n - 1, 1),
+                                         "met" if cd < cs else "NOT met"))
+    return out
 
 
 def plot(rows, sizes, path_base, title):
@@ -311,8 +390,18 @@ def main(argv):
     ap.add_argument("--flows", type=int, default=1)
     ap.add_argument("--retries", type=int, default=None)
     ap.add_argument("--max-short", type=float, default=0.05)
-    ap.add_argument("--queue-size", type=int, default=1024)
+    ap.add_argument("--queue-size", type=int, default=4096,
+                    help="entries of the generator's rings (4096, as bench batching: they "
+                    "absorb the host's stalls of about 1 ms; bench/README.md 'Host stalls')")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="measure every point N times: the median NDR run (its figures) and "
+                    "the median cycles per frame of each component (default 1)")
     ap.add_argument("--max-trials", type=int, default=None)
+    ap.add_argument("--placement", choices=("near", "any"), default="near",
+                    help="take each NDR trial at near core placement (bench/README.md 'Core "
+                    "placement') or at whatever the host gives (any)")
+    ap.add_argument("--placement-wait", type=float, default=None,
+                    help="seconds a trial waits for near placement (20; --quick 5)")
     ap.add_argument("--no-check", action="store_true", help="skip the p2p method check")
     ap.add_argument("--plot-dir", default=None,
                     help="where PNG plots go (default: the --json file's directory, else the "
@@ -332,6 +421,10 @@ def main(argv):
     if opts.latency_fraction is None:
         opts.latency_fraction = 0.0 if q else 0.9
     opts.max_mpps = None
+    if opts.placement_wait is None:
+        opts.placement_wait = 5.0 if q else 20.0
+    if opts.repeat < 1:
+        raise SystemExit("--repeat: at least 1")
     modes = [m.strip() for m in opts.modes.split(",")]
     for m in modes:
         if m not in MODES:

@@ -126,18 +126,25 @@ def run_guest_pair(opts, rows, errors, path, offloads, switch_extra=None, net_ex
         errors.append(msg)
 
 
+def guest_net_args(opts, args=()):
+    """run-guest.sh options for the guests' virtio-net-pci devices: `args` and, with
+    --rx-queue-size, the receive queue's size (the same for every guest path)."""
+    args = list(args) + (["rx_queue_size=%d" % opts.rx_queue_size] if opts.rx_queue_size else [])
+    return ["--extra-net-args", ",".join(args)] if args else []
+
+
 def bench_virtlink(opts, rows, errors):
     for mode in opts.modes:
         for offloads in opts.offloads:
             run_guest_pair(opts, rows, errors, "virtlink-" + mode, offloads, pmd_mode=mode,
-                           switch_extra=["--pmd-mode", mode, "--offloads", offloads] + opts.switch_args)
+                           switch_extra=["--pmd-mode", mode, "--offloads", offloads] + opts.switch_args,
+                           net_extra=guest_net_args(opts))
 
 
 def bench_qemu_userspace(opts, rows, errors, path="qemu-userspace", intx=False):
     for offloads in opts.offloads:
         args = ([] if offloads == "on" else [QEMU_OFFLOADS_OFF]) + (["vectors=0"] if intx else [])
-        run_guest_pair(opts, rows, errors, path, offloads,
-                       net_extra=["--extra-net-args", ",".join(args)] if args else [])
+        run_guest_pair(opts, rows, errors, path, offloads, net_extra=guest_net_args(opts, args))
 
 
 def bench_native(opts, rows, errors):
@@ -239,6 +246,9 @@ def main(argv):
     ap.add_argument("--repeat", type=int, default=1,
                     help="iperf3 runs of every path, offload setting and stream count on the "
                     "same guests; the table gives medians (1)")
+    ap.add_argument("--rx-queue-size", type=int, default=1024,
+                    help="the guests' virtio-net receive queue size (QEMU rx_queue_size; 1024, "
+                    "QEMU's largest: room for -P 10's 64 KiB frames; 0: QEMU's default, 256)")
     opts = ap.parse_args(argv)
     if opts.repeat < 1:
         ap.error("--repeat: at least 1")
@@ -280,12 +290,14 @@ def main(argv):
             "notifications the guests' drivers sent and the virtio interrupts they took, per "
             "MB the guests sent; notif/frm, both per frame the guests sent (a TSO frame "
             "counts once); drops, the switch's by reason, summed over the runs. Guests run "
-            "under TCG (no KVM)." % opts.seconds)
+            "under TCG (no KVM); every guest's virtio-net receive queue has %s entries "
+            "(rx_queue_size)." % (opts.seconds, opts.rx_queue_size or "QEMU's default 256"))
     report.print_guest_report("tcp", version, anchors["qemu"], command, CORE_PLAN, load0, load1,
                               table(rows), note, errors, t0, opts.json, rows, anchors,
                               method={"seconds": opts.seconds, "streams": opts.streams,
                                   "repeat": opts.repeat, "modes": opts.modes,
                                   "offloads": opts.offloads, "switch_args": opts.switch_args,
+                                  "rx_queue_size": opts.rx_queue_size or None,
                                   "qemu_offloads_off": QEMU_OFFLOADS_OFF, "note": note},
                               summary=summarize(rows))
     if opts.json:

@@ -747,13 +747,15 @@ class GenRun:
 class Topology:
     def __init__(self, tb, topology, switch, vnf_mode="io", vnf_pmd_mode="interrupt",
                  queue_size=1024, ring="split", queues=1, uplink=None, links=None,
-                 gen_wire="af-xdp"):
+                 gen_wire="af-xdp", vnf_cpu=None):
         """`queue_size`: entries of the generator's rings (the VNFs keep their default, 256,
         QEMU's default for a guest's virtio-net queues). `ring` (split | packed) and `queues`
         (queue pairs): the generator's virtqueues (gen --ring, --queues). `uplink` (a key of
         UPLINKS) with `links` (VethLinks over the topology's uplink ports): the "P" is a
         veth, the switch's uplink on one end and the generator, in the links' namespace, on
-        the other through a `gen_wire` port (af-xdp or af-packet)."""
+        the other through a `gen_wire` port (af-xdp or af-packet). `vnf_cpu`: pin every VNF
+        to this CPU (vnf --cpu; default: unpinned)."""
+        self.vnf_cpu = vnf_cpu
         self.ring, self.queues = ring, queues
         self.uplink, self.links, self.gen_wire = uplink, links, gen_wire
         if uplink is not None:
@@ -791,6 +793,8 @@ class Topology:
                     "--port", "vhost-user-client:" + self.socks[a],
                     "--port", "vhost-user-client:" + self.socks[b],
                     "--mode", self.vnf_mode, "--pmd-mode", self.vnf_pmd_mode]
+            if self.vnf_cpu is not None:
+                argv += ["--cpu", str(self.vnf_cpu)]
             p = vltest.Proc("vnf%d" % i, argv, self.tb.dir)
             self.tb.procs.append(p)
             self.vnfs.append(p)

@@ -713,7 +713,8 @@ def main():
                     "point (p2p with every anchor: about 2-4 minutes)")
     ap.add_argument("--frame-sizes", help="comma-separated bytes (default %s; loopback and "
                     "--quick: 64,1518)" % ALL_SIZES)
-    ap.add_argument("--switches", help="comma-separated KIND:MODE of virtlink:xconnect, "
+    ap.add_argument("--switches", help="batching: virtlink and/or ovs-dpdk; else "
+                    "comma-separated KIND:MODE of virtlink:xconnect, "
                     "virtlink:bridge (p2p), testpmd:io, ovs-dpdk:xconnect, ovs-dpdk:normal "
                     "(default: all that apply)")
     ap.add_argument("--trial", type=float, help="seconds per trial (default 2, --quick 1; "
@@ -726,6 +727,7 @@ def main():
     ap.add_argument("--latency-fraction", type=float, default=0.9,
                     help="latency trial at this fraction of NDR (0.9; 0 skips it)")
     ap.add_argument("--flows", type=int, default=1, help="flows per stream (1)")
+    ap.add_argument("--topologies", help="batching: p2v and/or pvp (default both)")
     ap.add_argument("--flows-list", help="batching: comma-separated flow counts (default "
                     "10,32,50,100,500,1000; --quick 10,1000)")
     ap.add_argument("--retries", type=int, help="repeats of a trial the generator could not "

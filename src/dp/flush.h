@@ -51,6 +51,10 @@ inline bool due_at_burst_end(FlushPolicy p) {
   return !p.holds() || (p.kind == FlushKind::kInterval && p.us == 0);
 }
 
+/// budget=US delivers this much before the predicted last moment (ns): the delivery
+/// itself, and the time off the CPU too short to be told from work (dp/off_cpu.h).
+inline constexpr uint64_t kBudgetSlackNs = 1'000;
+
 /// Whether a held queue whose oldest frame entered it at `oldest_ns` must be delivered at a
 /// check at `now_ns`. `gap_ns`: the expected time until the next check (budget only).
 inline bool due_at_check(FlushPolicy p, uint64_t oldest_ns, uint64_t now_ns, uint64_t gap_ns) {
@@ -60,33 +64,51 @@ inline bool due_at_check(FlushPolicy p, uint64_t oldest_ns, uint64_t now_ns, uin
     case FlushKind::kImmediate:
     case FlushKind::kRxBatch: return true;
     case FlushKind::kInterval: return age >= limit;
-    case FlushKind::kBudget: return age + gap_ns >= limit;
+    case FlushKind::kBudget: return age + gap_ns + kBudgetSlackNs >= limit;
   }
   return true;
 }
 
-/// Predicts the time between two deadline checks of a PMD thread: an exponentially
-/// weighted mean (weight 1/8) of the recent gaps, doubled, and never below the last gap,
-/// so that a budget is kept when loops vary by up to 2x. Times in ns.
+/// Predicts the time between two deadline checks of a PMD thread: the largest of twice an
+/// exponentially weighted mean (weight 1/8) of the recent gaps, the last gap, and the
+/// longest gap of the last few ms (halved every ms since it was seen), so that a budget is
+/// kept when most loops are short and some (a delivery, a burst) are several times longer.
+/// Gaps are counted less the time the thread was kept off its CPU within them (`off_ns`:
+/// dp/off_cpu.h; a budget is kept on CPU). Times in ns.
 class CheckGapEstimator {
  public:
+  static constexpr uint64_t kPeakHalfLifeNs = 1'000'000;
   /// Records a check at `now_ns`; `fresh`: the previous check is unrelated (the queues
   /// were empty in between), so no gap is measured.
-  void check(uint64_t now_ns, bool fresh) {
+  void check(uint64_t now_ns, bool fresh, uint64_t off_ns = 0) {
     if (!fresh && last_ns_ && now_ns > last_ns_) {
-      const uint64_t g = now_ns - last_ns_;
+      const uint64_t raw = now_ns - last_ns_;
+      const uint64_t g = raw > off_ns ? raw - off_ns : 0;
       ewma_ns_ = ewma_ns_ ? ewma_ns_ - (ewma_ns_ >> 3) + (g >> 3) : g;
       last_gap_ns_ = g;
+      const uint64_t halvings = (now_ns - peak_t_) / kPeakHalfLifeNs;
+      const uint64_t decayed = halvings < 64 ? peak_ns_ >> halvings : 0;
+      if (g >= decayed) {
+        peak_ns_ = g;
+        peak_t_ = now_ns;
+        peak_now_ = g;
+      } else {
+        peak_now_ = decayed;
+      }
     }
     last_ns_ = now_ns;
   }
-  uint64_t predict() const { return 2 * ewma_ns_ > last_gap_ns_ ? 2 * ewma_ns_ : last_gap_ns_; }
+  uint64_t predict() const {
+    uint64_t p = 2 * ewma_ns_ > last_gap_ns_ ? 2 * ewma_ns_ : last_gap_ns_;
+    return p > peak_now_ ? p : peak_now_;
+  }
   uint64_t last_check_ns() const { return last_ns_; }
 
  private:
   uint64_t last_ns_ = 0;
   uint64_t ewma_ns_ = 0;
   uint64_t last_gap_ns_ = 0;
+  uint64_t peak_ns_ = 0, peak_t_ = 0, peak_now_ = 0;
 };
 
 /// Queue age (ns from the moment a frame was taken from its sender's transmit queue to the

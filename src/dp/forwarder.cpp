@@ -307,7 +307,8 @@ Drop Forwarder::split_into_slot(Slot& sl, const Chain& ch, uint32_t hdr_len) {
   port::QueueCounters& qc = qcounters_[bt.in][bt.qi];
   PortCounters::add(qc.rx_packets, bt.taken);
   PortCounters::add(qc.rx_bytes, bt.bytes);
-  pass_bytes_ += bt.bytes;
+  pass_.frames += bt.taken;
+  pass_.bytes += bt.bytes;
   senders_dirty_ |= bit(bt.in);
   dirty_q_[bt.in] |= static_cast<uint8_t>(1u << bt.qi);
   taken_[bt.in] += bt.taken;
@@ -608,7 +609,7 @@ void Forwarder::flush_due() {
   refresh_policies();
   const uint64_t now = clock_();
   const uint64_t prev = gap_fresh_ ? 0 : gap_.last_check_ns();
-  gap_.check(now, gap_fresh_);
+  gap_.check(now, gap_fresh_, prev ? off_cpu_.overlap(prev, now) : 0);
   gap_fresh_ = false;
   const uint64_t predicted = gap_.predict();
   for (uint64_t m = held_; m; m &= m - 1) {
@@ -617,6 +618,20 @@ void Forwarder::flush_due() {
   }
   if (!held_) gap_fresh_ = true;
   publish_senders();
+}
+
+void Forwarder::settle_pending_ages() {
+  for (uint32_t i = 0; i < npending_; ++i) {
+    const PendingAge& e = pending_[i];
+    const uint64_t a = e.now_ns > e.from_ns ? e.now_ns - e.from_ns : 0;
+    const uint64_t on = a - off_cpu_.overlap(e.from_ns, e.now_ns);
+    age_on_cpu_[e.o].add(on, e.n);
+    if (a > budget_ns_[e.o]) [[unlikely]] {
+      PortCounters::add(over_budget_raw_[e.o], e.n);
+      if (on > budget_ns_[e.o]) PortCounters::add(over_budget_[e.o], e.n);
+    }
+  }
+  npending_ = 0;
 }
 
 void Forwarder::flush_all() {
@@ -1169,6 +1184,9 @@ template <class Q, class Get>
   PortCounters::add(qc.tx_packets, sent);
   PortCounters::add(qc.tx_bytes, bytes);
   if (nobuf) PortCounters::add(qc.no_rx_buffer, nobuf);
+  pass_.frames += sent;
+  pass_.bytes += bytes;
+  ++pass_.batches;
 }
 
 }  // namespace vl::dp

@@ -179,11 +179,17 @@ class Forwarder {
   /// This thread's intervals off its CPU: its PMD thread records them (dp/pmd.cpp).
   OffCpuLog& off_cpu() { return off_cpu_; }
   const OffCpuLog& off_cpu() const { return off_cpu_; }
-  /// Bytes taken since the last call (the PMD thread's bound on a pass's work).
-  uint64_t take_pass_bytes() {
-    const uint64_t b = pass_bytes_;
-    pass_bytes_ = 0;
-    return b;
+  /// Records the ages on CPU of the frames delivered to budget=US outputs since the last
+  /// call, less the time off the CPU noted meanwhile (the PMD thread calls it at the end of
+  /// each pass, after noting the pass's own).
+  void settle_ages() {
+    if (npending_) [[unlikely]] settle_pending_ages();
+  }
+  /// The work done since the last call (the PMD thread's bound on a pass, dp/off_cpu.h).
+  PassWork take_pass_work() {
+    const PassWork w = pass_;
+    pass_ = PassWork{};
+    return w;
   }
   /// Starts output `port`'s longest queue age afresh (`ctl stats-clear`, a port added into
   /// a vacant slot). Control thread; a frame the thread records at that instant may be
@@ -448,22 +454,26 @@ class Forwarder {
   QueueAgeStats age_[port::kMaxPorts];
   QueueAgeStats age_on_cpu_[port::kMaxPorts];
   OffCpuLog off_cpu_;
-  uint64_t pass_bytes_ = 0;
+  PassWork pass_;  // work since take_pass_work()
+  void settle_pending_ages();
   /// Records the ages of `n` frames taken at `from_ns` and delivered at `now_ns`: raw, and
-  /// on CPU for an output under budget=US (the only policy that promises a bound).
+  /// for an output under budget=US (the only policy that promises a bound) on CPU, when
+  /// the pass has ended (settle_ages()).
   void add_age(uint32_t o, uint64_t from_ns, uint64_t now_ns, uint64_t n) {
     const uint64_t a = now_ns > from_ns ? now_ns - from_ns : 0;
     age_[o].add(a, n);
-    if (budget_ns_[o] != UINT64_MAX) [[unlikely]] add_budget_age(o, from_ns, now_ns, a, n);
-  }
-  void add_budget_age(uint32_t o, uint64_t from_ns, uint64_t now_ns, uint64_t a, uint64_t n) {
-    const uint64_t on = a - off_cpu_.overlap(from_ns, now_ns);
-    age_on_cpu_[o].add(on, n);
-    if (a > budget_ns_[o]) [[unlikely]] {
-      port::PortCounters::add(over_budget_raw_[o], n);
-      if (on > budget_ns_[o]) port::PortCounters::add(over_budget_[o], n);
+    if (budget_ns_[o] != UINT64_MAX) [[unlikely]] {
+      if (npending_ == kPendingAges) settle_ages();
+      pending_[npending_++] = PendingAge{from_ns, now_ns, o, static_cast<uint32_t>(n)};
     }
   }
+  struct PendingAge {
+    uint64_t from_ns, now_ns;
+    uint32_t o, n;
+  };
+  static constexpr uint32_t kPendingAges = 256;
+  PendingAge pending_[kPendingAges];
+  uint32_t npending_ = 0;
   uint64_t budget_ns_[port::kMaxPorts];  // budget=US of each output, in ns (else UINT64_MAX)
   std::atomic<uint64_t> over_budget_[port::kMaxPorts] = {};
   std::atomic<uint64_t> over_budget_raw_[port::kMaxPorts] = {};

@@ -10,14 +10,22 @@
 
 namespace vl::dp {
 
-/// Gaps shorter than this are never taken for time off the CPU (ns).
-inline constexpr uint64_t kOffCpuMinNs = 10'000;
+/// Gaps between two passes longer than this are time off the CPU (ns): the code between
+/// them is a few loads and a pause.
+inline constexpr uint64_t kOffCpuMinNs = 1'000;
 
-/// The work a pass of `frames` frames of `bytes` bytes in all can take at most, generously
-/// (10 us + 1 us a frame + 1 ns a byte, several times what any burst costs here): a pass
-/// that took longer was off its CPU for the excess (ns).
-inline uint64_t pass_work_bound_ns(uint64_t frames, uint64_t bytes) {
-  return kOffCpuMinNs + frames * 1000 + bytes;
+/// The work of one pass, for its bound: rxqs polled, frames taken and delivered, their
+/// bytes, and the batches delivered (each may notify its receiver: a syscall).
+struct PassWork {
+  uint64_t polls = 0, frames = 0, bytes = 0, batches = 0;
+};
+
+/// The most a pass doing `w` can take, generously (1 us + 0.25 us an rxq polled + 0.5 us a
+/// frame + 1 ns a byte + 2 us a delivered batch, several times what each costs here even
+/// with every line missing in cache): a pass that took longer was off its CPU for the
+/// excess (ns).
+inline uint64_t pass_work_bound_ns(const PassWork& w) {
+  return kOffCpuMinNs + w.polls * 250 + w.frames * 500 + w.bytes + w.batches * 2000;
 }
 
 /// The recent intervals (ns of one monotonic clock: tsc_now_ns()) and the totals.

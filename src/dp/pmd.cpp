@@ -167,7 +167,9 @@ bool PmdThread::try_sleep() {
   // sleeping thread holds nothing of any port (it counts as quiescent). Frames waiting for
   // room in a full receive queue keep the thread polling until they are delivered or their
   // tx_retry_us is up: a sleep would otherwise drop them at once.
-  if (const uint64_t left = fw_->flush_before_sleep()) {
+  const uint64_t left = fw_->flush_before_sleep();
+  fw_->settle_ages();  // what it delivered: none of it waits for the next pass
+  if (left) {
     // With more than a nap left, a nap rather than a spin: the guest that must refill its
     // receive queue may need this CPU (a TCG or overcommitted guest refills in ms). A
     // shorter bound (the default 20 us, for fast peers) is spent polling.
@@ -266,13 +268,18 @@ uint32_t PmdThread::poll_rxqs(uint64_t t0) {
   return got;
 }
 
-void PmdThread::account_pass(uint64_t t0, uint64_t t1, uint32_t got, uint32_t handed, uint64_t tpu) {
-  if (tpu) [[likely]] {
-    // A pass longer than its work can take was kept off its CPU for the excess, noted at
-    // the pass's end (dp/off_cpu.h).
-    const uint64_t bound = pass_work_bound_ns(got + handed, fw_->take_pass_bytes()) * tpu / 1000;
-    if (t1 - t0 > bound) [[unlikely]] note_off_cpu(t0 + bound, t1);
-  }
+void PmdThread::note_excess(uint64_t from, uint64_t to, uint64_t handed, uint64_t tpu) {
+  // Time beyond what the work since `from` can take was time off the CPU (dp/off_cpu.h),
+  // noted as the start of [from, to): it then counts in full for the frames held from
+  // before the pass, the ones a deadline is about.
+  PassWork w = fw_->take_pass_work();
+  w.frames += handed;
+  w.polls = nrxqs_;
+  const uint64_t bound = pass_work_bound_ns(w) * tpu / 1000;
+  if (to - from > bound) [[unlikely]] note_off_cpu(from, to - bound);
+}
+
+void PmdThread::account_pass(uint64_t t0, uint64_t t1, uint32_t got, uint32_t handed) {
   if (!got && !handed) return;
   busy_passes_.store(busy_passes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   busy_cycles_.store(busy_cycles_.load(std::memory_order_relaxed) + (t1 - t0),
@@ -311,18 +318,20 @@ void PmdThread::run() {
     if (posted_gen_.load(std::memory_order_acquire) != seen_gen_) [[unlikely]] {
       apply_rxqs();  // a new rxq list (pmd.h: delivers everything first)
       kicks_on = true;
+      prev_end = 0;  // its work is not time off the CPU
     }
     const uint64_t gen = tables_->ports_gen.load(std::memory_order_relaxed);
     if (gen != seen_gen) {  // a port (re)started: its ring asks for kicks again
       seen_gen = gen;
       kicks_on = true;
       send_noted_calls();  // calls noted before it paused
+      prev_end = 0;
     }
     // Adaptive mode's clock (idle_policy.h): the pass's start, so a long burst is not
     // mistaken for time off the CPU.
     const uint64_t pass_ns = opts_.mode == PmdMode::kAdaptive ? tsc_now_ns() : 0;
     const uint64_t t0 = rdtsc();
-    if (prev_end && t0 - prev_end > kOffCpuMinNs / 1000 * tpu) [[unlikely]] note_off_cpu(prev_end, t0);
+    if (prev_end && t0 - prev_end > kOffCpuMinNs * tpu / 1000) [[unlikely]] note_off_cpu(prev_end, t0);
     const uint32_t got = poll_rxqs(t0);
     // Frames other threads handed to this one (not counted in its packets: they were
     // taken, and counted, by the thread that polled them).
@@ -330,8 +339,13 @@ void PmdThread::run() {
     fw_->end_pass();  // held queues whose interval or budget is up
     if (fw_->calls_pending()) [[unlikely]] fw_->send_due_calls();  // completion coalescing
     const uint64_t t1 = rdtsc();
-    account_pass(t0, t1, got, handed, tpu);
-    if (tpu) [[likely]] prev_end = t1;
+    if (tpu) [[likely]] {
+      note_excess(t0, t1, handed, tpu);
+      prev_end = t1;
+    }
+    // Ages on CPU of the frames this pass delivered, now that its time off the CPU is noted.
+    fw_->settle_ages();
+    account_pass(t0, t1, got, handed);
     if (got || handed || opts_.mode == PmdMode::kPoll) {
       if (opts_.mode == PmdMode::kAdaptive) idle_.busy(pass_ns);
       if (kicks_on) {  // while polling, the driver need not kick (saves it a syscall a burst)
@@ -360,6 +374,7 @@ void PmdThread::run() {
     }
   }
   fw_->flush_all();  // no frame stays behind in an intermediate queue
+  fw_->settle_ages();
   fw_->send_all_calls();
   send_noted_calls();
   if (dpdk) wire::unregister_pmd_thread();

@@ -141,9 +141,11 @@ class PmdThread {
   bool try_sleep();
   /// Polls every rxq once (a pass starting at TSC `t0`); returns the frames taken.
   uint32_t poll_rxqs(uint64_t t0);
-  /// The pass [t0, t1) (TSC) took `got` frames and was handed `handed`: busy cycles, and
-  /// time off the CPU beyond its work's bound (`tpu`: TSC ticks per us; 0: not noted).
-  void account_pass(uint64_t t0, uint64_t t1, uint32_t got, uint32_t handed, uint64_t tpu);
+  /// The pass [t0, t1) (TSC) took `got` frames and was handed `handed`: busy cycles.
+  void account_pass(uint64_t t0, uint64_t t1, uint32_t got, uint32_t handed);
+  /// Notes the part of [from, to) (TSC) beyond the bound of the work done since `from`
+  /// (plus `handed` frames) as time off the CPU (`tpu`: TSC ticks per us).
+  void note_excess(uint64_t from, uint64_t to, uint64_t handed, uint64_t tpu);
   /// Notes [from, to) (TSC ticks) as time off the CPU.
   void note_off_cpu(uint64_t from_tsc, uint64_t to_tsc);
   /// Adaptive mode's idle pass (dp/idle_policy.h): spins a pause or sleeps. Returns true

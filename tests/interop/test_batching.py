@@ -17,6 +17,11 @@ duplicates, reordering), one trial per `run` line of `gen --serve`.
                                      longest check gap (pmd-stats flush_check_gap_max_ns),
                                      frames were held (max >= 150 us), the histogram counts
                                      every delivered frame
+  Batching.test_budget_on_cpu        poll mode, budget=300, 2 kpps per stream, the switch
+                                     stopped (SIGSTOP) 5 times for 30 ms: pmd-stats off_cpu
+                                     sees each stop, every frame has an age on CPU, at most
+                                     1% of frames are past the budget on CPU, and frames held
+                                     through a stop are past it raw only
   Batching.test_runtime_change       bridge, 2 s of traffic while `ctl set-flush` cycles
                                      through every policy (all ports and one port): no loss,
                                      no duplicate, no reordering, counters balance
@@ -25,6 +30,7 @@ duplicates, reordering), one trial per `run` line of `gen --serve`.
 """
 import json
 import os
+import signal
 import socket
 import threading
 import time
@@ -170,6 +176,51 @@ class Batching(unittest.TestCase):
                 self.assertLessEqual(p["queue_age_max_ns"], us * 1000 + gap, p)
                 # Frames were held (about US: one frame every 500 us, each waits US).
                 self.assertGreaterEqual(p["queue_age_max_ns"], us * 1000 // 2, p)
+
+    @vltest.ctest("interop_batching_budget_on_cpu", timeout=60)
+    def test_budget_on_cpu(self):
+        us = 300
+        with vltest.Testbed(self) as tb:
+            tb.start_switch(ports=["a", "b"], forward="xconnect",
+                            extra=["--pmd-mode", "poll", "--flush", "budget=%d" % us])
+            gen = Gen(tb)
+            box = {}
+            t = threading.Thread(target=lambda: box.update(doc=gen.run(4000, 64, 2.0)))
+            t.start()
+            time.sleep(0.5)
+            # The switch stopped (SIGSTOP) five times for 30 ms: time its PMD thread is
+            # kept off its CPU, with frames held in its queues each time (a frame every
+            # 500 us per stream waits about 300 us).
+            for _ in range(5):
+                os.kill(tb.switch.p.pid, signal.SIGSTOP)
+                time.sleep(0.03)
+                os.kill(tb.switch.p.pid, signal.SIGCONT)
+                time.sleep(0.15)
+            t.join()
+            self.assertEqual(gen.quit(), 0)
+            self.assert_all_delivered(box["doc"], "budget=%d" % us)
+            st = tb.wait_quiet()
+            self.assert_balanced(st)
+            off = [t["off_cpu"] for t in tb.ctl("pmd-stats")]
+            vltest.log("off_cpu %s" % off)
+            self.assertGreaterEqual(sum(o["intervals"] for o in off), 5, off)
+            self.assertGreaterEqual(max(o["max_ns"] for o in off), 25_000_000, off)
+            self.assertGreaterEqual(sum(o["total_ns"] for o in off), 5 * 25_000_000, off)
+            raw = on = 0
+            for name, p in st.items():
+                vltest.log("%s: over_budget %d (raw %d) of %d; max %d ns on CPU, %d raw" % (
+                    name, p["over_budget"], p["over_budget_raw"], p["tx_packets"],
+                    p["queue_age_on_cpu_max_ns"], p["queue_age_max_ns"]))
+                # Every delivered frame has an age on CPU, at most its raw age.
+                self.assertEqual(sum(p["queue_age_on_cpu_buckets"]), p["tx_packets"], p)
+                self.assertLessEqual(p["queue_age_on_cpu_max_ns"], p["queue_age_max_ns"], p)
+                self.assertGreaterEqual(p["queue_age_on_cpu_max_ns"], us * 1000 // 2, p)
+                # The promise: p99 on CPU within the budget.
+                self.assertLessEqual(p["over_budget"], p["tx_packets"] // 100, p)
+                raw += p["over_budget_raw"]
+                on += p["over_budget"]
+            # The frames held through a stop were late in raw time, not on CPU.
+            self.assertGreater(raw, on, st)
 
     @vltest.ctest("interop_batching_runtime_change", timeout=60, asan=True)
     def test_runtime_change(self):

@@ -34,9 +34,10 @@ TEST(OffCpuLog, OlderThanTheRecentAreNotCounted) {
 }
 
 TEST(OffCpuLog, PassWorkBound) {
-  // 10 us + 1 us a frame + 1 ns a byte: 32 frames of 1518 B -> 10 + 32 + 48.576 us.
-  EXPECT_EQ(pass_work_bound_ns(0, 0), 10'000u);
-  EXPECT_EQ(pass_work_bound_ns(32, 32 * 1518), 10'000u + 32'000u + 48'576u);
+  // 1 us + 0.25 us an rxq + 0.5 us a frame + 1 ns a byte + 2 us a delivered batch: two rxqs,
+  // 32 frames of 1518 B taken and delivered in one batch -> 1 + 0.5 + 32 + 97.152 + 2 us.
+  EXPECT_EQ(pass_work_bound_ns(PassWork{}), 1'000u);
+  EXPECT_EQ(pass_work_bound_ns(PassWork{2, 64, 64 * 1518, 1}), 1'000u + 500u + 32'000u + 97'152u + 2'000u);
 }
 
 }  // namespace
