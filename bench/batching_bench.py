@@ -150,11 +150,12 @@ def run(opts, measure_point, log):
                             set_setting(sw, kind, setting)
                             for size in lat_sizes:
                                 rate = min(lat_rate["pps"], line_rate_pps(size))
-                                r = topo.trial(rate, size, opts.trial, flows=lat_flows)
+                                r = latency_trial(topo, rate, size, opts, lat_flows)
                                 log("[%s %s %dB] latency trial at %.3f Mpps: lost %d of %d, one-way "
                                     "ns %s" % (tag, label, size, rate / 1e6, r.lost, r.offered,
                                                r.latency))
-                                lat[(label, size)] = r.latency
+                                lat[(label, size)] = dict(r.latency, avg_below_100us=r.avg_below_100us) \
+                                    if r.latency else None
                                 if r.histogram:
                                     hists.setdefault(size, {})[label] = r.histogram
                                 rows.append(report.row(
@@ -163,6 +164,8 @@ def run(opts, measure_point, log):
                                     "tx-flush-interval=%d" % setting,
                                     pmd_mode="poll", vnfs=0, flows=lat_flows, frame_size=size,
                                     trial_s=opts.trial, streams=1, latency_ns=r.latency,
+                                    latency_avg_runs_ns=r.avg_runs,
+                                    latency_avg_below_100us_ns=r.avg_below_100us,
                                     table="latency", latency_rate_mpps=round(rate / 1e6, 4),
                                     lost=r.lost, offered=r.offered, uplink=uplink))
                     diag = {}
@@ -199,6 +202,30 @@ def run(opts, measure_point, log):
     return rows, lines, errors, diagnostics, plots
 
 
+STALL_TRIM_NS = 100_000
+
+
+def trimmed_avg(hist, below=STALL_TRIM_NS):
+    """Mean one-way latency (ns) of the frames below `below` in histogram [(upper edge ns,
+    count)] (edges of 3%: each frame counts at its bucket's upper edge), or None. The host's
+    stalls of 1-4 ms put a backlog of thousands of frames into the mean of a 0.5 s trial
+    (bench/README.md 'Host stalls'); a policy's own delay is a few us, far below `below`."""
+    n = sum(c for e, c in hist if e <= below)
+    return sum(e * c for e, c in hist if e <= below) / n if n else None
+
+
+def latency_trial(topo, rate, size, opts, flows):
+    """--repeat latency trials; the one with the median mean latency, with its histogram's
+    trimmed mean (`.avg_below_100us`) and every trial's mean (`.avg_runs`)."""
+    runs = [topo.trial(rate, size, opts.trial, flows=flows) for _ in range(opts.repeat)]
+    runs = [r for r in runs if r.latency] or runs[:1]
+    runs.sort(key=lambda r: r.latency["avg"] if r.latency else 0)
+    r = runs[(len(runs) - 1) // 2]
+    r.avg_runs = [x.latency["avg"] for x in runs if x.latency]
+    r.avg_below_100us = trimmed_avg(r.histogram or [])
+    return r
+
+
 def line_rate_pps(size, gbps=10.0):
     return gbps * 1e9 / ((size + 24) * 8)
 
@@ -228,6 +255,17 @@ def tables(ndr, carried, lat, labels, flows_list, lat_sizes, lat_rate, lat_flows
             v = lat.get((l, s))
             cells.append("%22s" % ("%.1f/%.1f/%.0f" % (v["min"] / 1e3, v["avg"] / 1e3, v["max"] / 1e3)
                                    if v else "-"))
+        out.append("%-6d " % s + " ".join(cells))
+    out.append("")
+    out.append("(b) the same, mean over the frames below 100 us (us; the host's stall backlogs "
+               "left out) and p50 (us)")
+    out.append("%-6s " % "bytes" + " ".join("%22s" % l for l in labels))
+    for s in lat_sizes:
+        cells = []
+        for l in labels:
+            v = lat.get((l, s))
+            cells.append("%22s" % ("%.2f / %.2f" % (v["avg_below_100us"] / 1e3, v["p50"] / 1e3)
+                                   if v and v.get("avg_below_100us") else "-"))
         out.append("%-6d " % s + " ".join(cells))
     return out
 
@@ -268,6 +306,16 @@ def goals(ndr, carried, lat, flows_list, lat_sizes, point):
     if worst is not None:
         out.append("  rx-batch avg latency / immediate, worst size: %.2fx (goal <= 1.10x): %s" % (
             worst, "met" if worst <= 1.10 else "NOT met"))
+    worst = None
+    for s in lat_sizes:
+        a, b = lat.get(("immediate", s)), lat.get(("rx-batch", s))
+        if a and b and a.get("avg_below_100us") and b.get("avg_below_100us"):
+            r = b["avg_below_100us"] / a["avg_below_100us"]
+            worst = r if worst is None else max(worst, r)
+    if worst is not None:
+        out.append("  the same over frames below 100 us (the host's stall backlogs left out, "
+                   "bench/README.md 'Host stalls'): %.2fx (goal <= 1.10x): %s" % (
+                       worst, "met" if worst <= 1.10 else "NOT met"))
     for seed_topo, _ in TOPOS:
         ahead = []
         for fl in flows_list:

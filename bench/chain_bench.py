@@ -51,9 +51,13 @@ MODES = ["virtlink", "ovs-dpdk", "testpmd", "direct"]
 SWITCH_OF = {"virtlink": ("virtlink", "xconnect"), "direct": ("virtlink", "xconnect"),
              "ovs-dpdk": ("ovs-dpdk", "xconnect"), "testpmd": ("testpmd", "io")}
 
-CORE_PLAN = topologies.CORE_PLAN + (
-    "; direct mode: the same, the VNFs serving direct links copy into their neighbours' rings "
-    "on whatever CPU they run")
+CORE_PLAN = ("switch PMD (virtlink PMD thread, testpmd forwarding lcore, or OVS PMD thread) "
+             "busy-polls alone on CPU %d; the generator (virtlink gen, one thread: transmit "
+             "and receive) busy-polls on CPU %d; the VNFs (virtlink vnf, io forwarding, "
+             "interrupt mode) are pinned to CPU %d with the generator (vnf --cpu), so the "
+             "switch's busy cycles are its own; in direct mode they copy into their "
+             "neighbours' rings there" % (topologies.SWITCH_CPU, topologies.GEN_CPU,
+                                           topologies.GEN_CPU))
 
 
 def chain_topology(n):

@@ -47,9 +47,15 @@ inline bool due_on_enqueue(FlushPolicy p, uint32_t count, uint32_t burst) {
 }
 
 /// Whether a queue must be delivered at the end of the receive burst that added to it.
-inline bool due_at_burst_end(FlushPolicy p) {
-  return !p.holds() || (p.kind == FlushKind::kInterval && p.us == 0);
+/// `loaded`: the thread's bursts are at least half full (budget=US then acts as rx-batch:
+/// its bursts are big already, and holding would cost more per frame than it saves).
+inline bool due_at_burst_end(FlushPolicy p, bool loaded = false) {
+  return !p.holds() || (p.kind == FlushKind::kInterval && p.us == 0) ||
+         (p.kind == FlushKind::kBudget && loaded);
 }
+
+/// Whether a burst of `taken` frames (of at most `burst`) counts as loaded for the next.
+inline bool loaded_burst(uint32_t taken, uint32_t burst) { return 2 * taken >= burst; }
 
 /// budget=US delivers this much before the predicted last moment (ns): the delivery
 /// itself, and the time off the CPU too short to be told from work (dp/off_cpu.h).

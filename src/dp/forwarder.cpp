@@ -56,8 +56,11 @@ void Forwarder::refresh_policies() {
   if (g == pol_gen_) [[likely]] return;
   pol_gen_ = g;
   any_hold_ = false;
+  hold_unless_loaded_ = true;
   for (uint32_t i = 0; i < port::kMaxPorts; ++i) {
     policy_[i] = tables_->flush_policy(i);
+    if (!due_at_burst_end(policy_[i]) && policy_[i].kind != FlushKind::kBudget)
+      hold_unless_loaded_ = false;
     budget_ns_[i] = policy_[i].kind == FlushKind::kBudget ? uint64_t{policy_[i].us} * 1000 : UINT64_MAX;
     any_hold_ |= !due_at_burst_end(policy_[i]);
   }
@@ -193,7 +196,7 @@ template <class Q>
   // A lean burst: no output holds frames past a burst and this sender has no chain still
   // queued, so every chain of the burst goes back at its end, in the order taken, without
   // the retire order's bookkeeping (take_slot, complete, retire).
-  lean_ = !any_hold_ && src_old_[in] == kNoSlot;
+  lean_ = (!any_hold_ || (hold_unless_loaded_ && loaded_)) && src_old_[in] == kNoSlot;
   lean_n_ = 0;
   lean_split_ = false;
   kept_ = false;
@@ -556,8 +559,9 @@ const Forwarder::Slot& Forwarder::vlan_view(const Slot& sl, uint32_t o, uint32_t
   uint64_t due = must_flush_;
   for (uint64_t m = burst_out_; m; m &= m - 1) {
     const uint32_t o = static_cast<uint32_t>(std::countr_zero(m));
-    if (due_at_burst_end(policy_[o])) due |= bit(o);
+    if (due_at_burst_end(policy_[o], loaded_)) due |= bit(o);
   }
+  loaded_ = loaded_burst(nburst_, tables_->burst);  // for the next burst
   for (due &= held_; due; due &= due - 1)
     flush_port(static_cast<uint32_t>(std::countr_zero(due)), 0, /*may_keep=*/true);
   burst_out_ = must_flush_ = 0;

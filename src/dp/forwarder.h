@@ -409,6 +409,8 @@ class Forwarder {
   // where they came from. The queues' references to a lean slot never outlive the burst.
   bool lean_ = false;
   bool any_hold_ = false;         // some output's policy holds frames past a burst
+  bool hold_unless_loaded_ = false;  // ... and every such policy is budget=US
+  bool loaded_ = false;           // the last burst was at least half full (loaded_burst)
   uint16_t lean_slots_[kMaxBurst];
   // The lean list: burst_ itself while every chain taken is a good frame (the common
   // case: nothing to record), else lean_slots_ (lean_split_).

@@ -67,6 +67,12 @@ TEST(FlushDecisions, AtBurstEnd) {
   EXPECT_TRUE(due_at_burst_end(P("interval=0")));  // OVS's tx-flush-interval=0
   EXPECT_FALSE(due_at_burst_end(P("interval=1")));
   EXPECT_FALSE(due_at_burst_end(P("budget=1")));
+  // Under load (bursts at least half full) budget=US delivers at the burst's end, as
+  // rx-batch; interval=US keeps holding.
+  EXPECT_TRUE(due_at_burst_end(P("budget=50"), true));
+  EXPECT_FALSE(due_at_burst_end(P("interval=50"), true));
+  EXPECT_TRUE(loaded_burst(16, 32));
+  EXPECT_FALSE(loaded_burst(15, 32));
 }
 
 TEST(FlushDecisions, AtCheck) {
