@@ -360,11 +360,7 @@ void PmdThread::run() {
     }
     switch (opts_.mode) {
       case PmdMode::kPoll: __builtin_ia32_pause(); break;
-      case PmdMode::kInterrupt:
-        kicks_on = true;
-        try_sleep();
-        prev_end = 0;
-        break;
+      case PmdMode::kInterrupt: kicks_on = true; try_sleep(); prev_end = 0; break;
       case PmdMode::kAdaptive:
         if (adaptive_idle(own_wait)) {
           kicks_on = true;
