@@ -78,6 +78,8 @@ nlohmann::json GenResult::to_json() const {
           {"duration_s", duration_s},
           {"tx_cycles_per_packet", tx_cycles_per_packet},
           {"ceiling_mpps", ceiling_mpps},
+          {"rx_cycles_per_packet", rx_cycles_per_packet},
+          {"loop_ceiling_mpps", loop_ceiling_mpps},
           {"foreign_frames", foreign_frames},
           {"fragmented", fragmented},
           {"payload_checked", payload_checked},
@@ -244,6 +246,7 @@ class Trial {
   std::vector<RxStream> rx_;
   uint64_t foreign_ = 0, corrupted_ = 0;
   uint64_t tx_cycles_ = 0, tx_frames_ = 0;
+  uint64_t rx_cycles_ = 0, rx_frames_ = 0;
 };
 
 // The lag bound: GenConfig::max_lag_slots, or by default a quarter of the queue (at least
@@ -411,6 +414,8 @@ void Trial::receive(uint32_t p, uint32_t k, P& vp) {
     ++got;
   }
   if (got) vp.rx_flush(k);
+  rx_cycles_ += rdtsc() - rx_now;
+  rx_frames_ += got;
 }
 
 // Counts a frame received on port p at rx_now: one of this trial's streams towards p goes
@@ -493,6 +498,10 @@ GenResult Trial::report() const {
       tx_frames_ ? static_cast<double>(tx_cycles_) / static_cast<double>(tx_frames_) : 0;
   res.ceiling_mpps =
       res.tx_cycles_per_packet > 0 ? clock_.hz() / res.tx_cycles_per_packet / 1e6 : 0;
+  res.rx_cycles_per_packet =
+      rx_frames_ ? static_cast<double>(rx_cycles_) / static_cast<double>(rx_frames_) : 0;
+  const double loop = res.tx_cycles_per_packet + res.rx_cycles_per_packet;
+  res.loop_ceiling_mpps = loop > 0 ? clock_.hz() / loop / 1e6 : 0;
   return res;
 }
 

@@ -93,6 +93,10 @@ struct GenResult {
   double set_interval_ns = 0;
   double tx_cycles_per_packet = 0;  ///< TSC cycles of the TX work per frame sent
   double ceiling_mpps = 0;          ///< one core's rate at that cost
+  double rx_cycles_per_packet = 0;  ///< TSC cycles of the RX work per frame received
+  /// One core's rate when it both sends and receives every frame (TX + RX cycles): the
+  /// generator's own limit in a loop such as p2p.
+  double loop_ceiling_mpps = 0;
   uint64_t foreign_frames = 0;      ///< received frames without our trailer (e.g. flooding)
   uint64_t fragmented = 0;
   bool payload_checked = false;
