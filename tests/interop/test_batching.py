@@ -116,6 +116,12 @@ class Batching(unittest.TestCase):
             # Every delivered frame has a queue age, and nothing else does.
             self.assertEqual(sum(n for _, n in p["queue_age_histogram"]), p["tx_packets"], p)
 
+    def start_poll_xconnect(self, tb, policy):
+        """A switch in poll mode, ports a and b cross-connected under `policy`, and a Gen."""
+        tb.start_switch(ports=["a", "b"], forward="xconnect",
+                        extra=["--pmd-mode", "poll", "--flush", policy])
+        return Gen(tb)
+
     def policies(self, pmd_mode, policies):
         with vltest.Testbed(self) as tb:
             extra = ["--pmd-mode", pmd_mode]
@@ -158,9 +164,7 @@ class Batching(unittest.TestCase):
     def test_interval_queue_age(self):
         us = 300
         with vltest.Testbed(self) as tb:
-            tb.start_switch(ports=["a", "b"], forward="xconnect",
-                            extra=["--pmd-mode", "poll", "--flush", "interval=%d" % us])
-            gen = Gen(tb)
+            gen = self.start_poll_xconnect(tb, "interval=%d" % us)
             doc = gen.run(4000, 64, 1.0)  # 2 kpps per stream: a frame every 500 us
             self.assertEqual(gen.quit(), 0)
             self.assert_all_delivered(doc, "interval=%d" % us)
@@ -181,9 +185,7 @@ class Batching(unittest.TestCase):
     def test_budget_on_cpu(self):
         us = 300
         with vltest.Testbed(self) as tb:
-            tb.start_switch(ports=["a", "b"], forward="xconnect",
-                            extra=["--pmd-mode", "poll", "--flush", "budget=%d" % us])
-            gen = Gen(tb)
+            gen = self.start_poll_xconnect(tb, "budget=%d" % us)
             box = {}
             t = threading.Thread(target=lambda: box.update(doc=gen.run(4000, 64, 2.0)))
             t.start()
