@@ -26,6 +26,11 @@ With --uplink TYPE the "P" of both is a veth pair instead of a generator's vhost
 (OVS-DPDK: a dpdk port on the same interface, net_af_xdp or net_af_packet), the generator in
 a namespace of its own behind the other (--gen-wire).
 
+PVP cannot be measured fairly here: the generator, the switch and the VNF busy-poll on 2
+CPUs. Its rows say so (ndr_fair false) and carry the projected NDR with one core per
+component (bench/projection.py: the switch's cycles per packet x 2 crossings and the VNF's,
+from back-pressured trials at each point), tabled and plotted next to the measured one.
+
 The harness (processes, gen trials, the NDR search, OVS) is bench/topologies.py and
 virtlink_bench.measure_point, shared with p2p/pvp.
 """
@@ -35,6 +40,7 @@ import copy
 import os
 
 import _pylib  # noqa: F401  (puts pylib/ on sys.path)
+import projection as pj
 import report
 import topologies
 from vltestlib import vltest
@@ -71,6 +77,7 @@ def run(opts, measure_point, log):
     ndr = {}      # (topo, label, flows) -> Mpps
     carried = {}  # (topo, label, flows) -> Mpps carried in the back-pressured calibration trial
     point = {}    # (topo, label, flows) -> every field of the point (measure_point)
+    projected = {}  # ("pvp", label, flows) -> projected NDR, Mpps (bench/projection.py)
     lat = {}      # (label, size) -> latency dict
     hists = {}    # size -> {label: hist}
     lat_rate = {"pps": None}
@@ -120,12 +127,17 @@ def run(opts, measure_point, log):
                             ndr[(seed_topo, label, flows)] = fields["ndr_mpps"]
                             carried[(seed_topo, label, flows)] = fields["search"]["calibration_mpps"]
                             point[(seed_topo, label, flows)] = fields
+                            extra = {}
+                            if seed_topo == "pvp":
+                                extra = pvp_projection(topo, o, flows, fields, log,
+                                                       "%s %s %d flows" % (tag, label, flows))
+                                projected[(seed_topo, label, flows)] = extra["projected_ndr_mpps"]
                             rows.append(report.row(
                                 experiment="batching", topology=seed_topo, switch=kind, mode=mode,
                                 policy=label if kind == "virtlink" else "tx-flush-interval=%d" % setting,
                                 pmd_mode="poll", vnfs=n_vnfs, flows=flows, frame_size=64,
                                 trial_s=opts.trial, streams=1, table="ndr_vs_flows",
-                                uplink=uplink, **fields))
+                                uplink=uplink, **extra, **fields))
                     if seed_topo == "p2v":
                         if lat_rate["pps"] is None:
                             base = [ndr[("p2v", p, lat_flows)] for p in POLICIES
@@ -184,7 +196,7 @@ def run(opts, measure_point, log):
     labels = [config_label("virtlink", p) for p in POLICIES] + \
         [config_label("ovs-dpdk", f) for f in OVS_FLUSH]
     lines = tables(ndr, carried, lat, labels, flows_list, lat_sizes, lat_rate, lat_flows,
-                   opts.latency_fraction)
+                   opts.latency_fraction, projected)
     lines += goals(ndr, carried, lat, flows_list, lat_sizes, point)
     plots = []
     if not opts.no_plot and report.have_gnuplot():
@@ -192,7 +204,7 @@ def run(opts, measure_point, log):
         try:
             for seed_topo, _ in TOPOS:
                 plots.append(plot_ndr_vs_flows(ndr, seed_topo, labels, flows_list, os.path.join(
-                    opts.plot_dir, "%s-%s-ndr.png" % (name, seed_topo))))
+                    opts.plot_dir, "%s-%s-ndr.png" % (name, seed_topo)), projected))
             for size, h in sorted(hists.items()):
                 plots.append(report.plot_latency_cdf(h, os.path.join(
                     opts.plot_dir, "%s-latency-%d.png" % (name, size)),
@@ -200,6 +212,25 @@ def run(opts, measure_point, log):
         except RuntimeError as e:
             log("plot: %s" % e)
     return rows, lines, errors, diagnostics, plots
+
+
+PVP_NOT_FAIR = ("measured PVP NDR is not fair here: the generator, the switch and the VNF "
+                "busy-poll on 2 CPUs, so it measures their sharing (issue 21)")
+
+
+def pvp_projection(topo, opts, flows, fields, log, tag):
+    """PVP's projected NDR with one core per component (bench/projection.py): the switch's
+    cycles per packet x 2 crossings and the VNF's, from back-pressured trials at 64 B. The
+    row's fields for it; the point's own `cycles_per_packet` becomes per component."""
+    carried, cyc, tsc, _, busy, wake = pj.cycles_repeated(topo, 64, opts, 2, flows)
+    proj, bottleneck = pj.projection(cyc, tsc) if tsc else (None, None)
+    log("[%s] back-pressured %.3f Mpps; cycles/frame %s; projected NDR %s Mpps (%s)" % (
+        tag, carried / 1e6, cyc, proj, bottleneck))
+    fields["cycles_per_packet"] = cyc or None
+    return {"projected_ndr_mpps": proj, "projection_bottleneck": bottleneck, "tsc_hz": tsc,
+            "switch_hops": 2, "vnf_busy_cycles_per_packet": busy or None,
+            "vnf_sleeps_passes_per_1000": wake or None, "ndr_fair": False,
+            "ndr_note": PVP_NOT_FAIR}
 
 
 STALL_TRIM_NS = 100_000
@@ -230,11 +261,17 @@ def line_rate_pps(size, gbps=10.0):
     return gbps * 1e9 / ((size + 24) * 8)
 
 
-def tables(ndr, carried, lat, labels, flows_list, lat_sizes, lat_rate, lat_flows, fraction):
+def tables(ndr, carried, lat, labels, flows_list, lat_sizes, lat_rate, lat_flows, fraction,
+           projected):
     out = []
     for seed_topo, _ in TOPOS:
-        for what, d in (("NDR (0 loss)", ndr), ("carried back-pressured (gen as fast as the "
-                                                "rings allow, no loss criterion)", carried)):
+        what_d = [("NDR (0 loss)", ndr), ("carried back-pressured (gen as fast as the rings "
+                                          "allow, no loss criterion)", carried)]
+        if seed_topo == "pvp":
+            what_d[0] = ("NDR (0 loss) measured, NOT fair: 3 busy processes on 2 CPUs", ndr)
+            what_d.append(("NDR projected, one core per component (min of TSC Hz / cycles per "
+                           "frame of the switch x 2 and the VNF)", projected))
+        for what, d in what_d:
             out.append("")
             out.append("(a) %s %s, Mpps at 64 B, unidirectional (seed: pps; 'plain' ~ immediate, "
                        "'patch' ~ interval, 'patch + flush' ~ rx-batch)" % (seed_topo.upper(), what))
@@ -338,22 +375,33 @@ def goals(ndr, carried, lat, flows_list, lat_sizes, point):
     return out
 
 
-def plot_ndr_vs_flows(ndr, seed_topo, labels, flows_list, path):
+def plot_ndr_vs_flows(ndr, seed_topo, labels, flows_list, path, projected=None):
+    """NDR against flows, a line per configuration; PVP's measured lines are labelled not
+    fair and its projected ones (dashed, same colour) are drawn with them."""
     data, plots = {}, []
+    pvp = seed_topo == "pvp"
     for i, l in enumerate(labels):
-        pts = [(f, ndr.get((seed_topo, l, f))) for f in flows_list]
-        pts = [(f, v) for f, v in pts if v is not None]
-        if not pts:
-            continue
-        name = "n%d.dat" % i
-        data[name] = "".join("%d %.6f\n" % p for p in pts)
-        plots.append("'{%s}' using 1:2 with linespoints title '%s'" % (name.replace(".", "_"), l))
+        for what, d, style in (("measured", ndr, "lw 2"), ("projected", projected or {}, "dt 2")):
+            if what == "projected" and not pvp:
+                continue
+            pts = [(f, d.get((seed_topo, l, f))) for f in flows_list]
+            pts = [(f, v) for f, v in pts if v is not None]
+            if not pts:
+                continue
+            name = "n%d%s.dat" % (i, what[0])
+            data[name] = "".join("%d %.6f\n" % p for p in pts)
+            title = "%s (%s)" % (l, "measured, not fair" if what == "measured" else
+                                 "projected, one core each") if pvp else l
+            plots.append("'{%s}' using 1:2 with linespoints %s lc %d title '%s'" % (
+                name.replace(".", "_"), style, i + 1, title))
     if not plots:
         return None
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    script = ("set terminal pngcairo size 900,560\nset output '%s'\nset title '%s NDR vs flows, "
-              "64 B'\nset xlabel 'flows'\nset ylabel 'NDR (Mpps)'\nset logscale x\nset grid\n"
-              "set key bottom left\nset yrange [0:*]\nplot %s\n" % (path, seed_topo.upper(),
-                                                                  ", ".join(plots)))
+    title = "%s NDR vs flows, 64 B%s" % (seed_topo.upper(), " (solid: measured, not fair on 2 "
+                                         "CPUs; dashed: projected)" if pvp else "")
+    script = ("set terminal pngcairo size %d,560\nset output '%s'\nset title '%s'\n"
+              "set xlabel 'flows'\nset ylabel 'NDR (Mpps)'\nset logscale x\nset grid\n"
+              "set key %s\nset yrange [0:*]\nplot %s\n" % (
+                  1200 if pvp else 900, path, title, "outside right" if pvp else "bottom left", ", ".join(plots)))
     report._gnuplot(script, data)
     return path

@@ -19,8 +19,10 @@ as the rings allow: every component as busy as the path lets it be):
   switch   the switch's forwarding thread's busy cycles per packet it handled (virtlink:
            pmd-stats; OVS: pmd-stats-show; testpmd: --record-core-cycles) x the times each
            frame crosses it (N + 1 switched, 2 direct);
-  vnfI     the vnf's busy TSC cycles per frame it forwarded (its own counter, read with
-           SIGUSR1 before and after the trial).
+  vnfI     the vnf's CPU time (schedstat) at the TSC rate per frame it forwarded, which
+           counts its idle passes and sleeps and leaves out others' time on its CPU (its
+           busy TSC cycles, read with SIGUSR1, are kept as vnf_busy_cycles_per_packet).
+The arithmetic is bench/projection.py's, shared with bench batching's PVP rows.
 Projected NDR with one core per component = min over components of TSC Hz / cycles per frame
 (the slowest component limits the chain). On this 2-CPU machine the VNFs share cores with the
 switch and the generator, so the measured NDR falls with N for reasons the projection
@@ -28,20 +30,19 @@ removes; the projection is checked against p2p (gen -> switch -> gen), the one t
 every busy-polling process has its own core: projected (switch alone, and with the
 generator's own one-core ceiling) vs measured NDR, in the same run.
 
-Caveats: busy cycles of a process that is preempted in the middle of a pass include the time
-it was off the CPU (TSC), so on a loaded machine cycles per frame are an upper bound and the
-projection a lower bound.
+Caveats: the switch's busy cycles of a pass in which it was preempted include the time it
+was off the CPU (TSC), so on a loaded machine its cycles per frame are an upper bound and
+the projection a lower bound.
 """
 
 import argparse
 import copy
 import os
-import signal
 import sys
 import time
-import json
 
 import _pylib  # noqa: F401  (puts pylib/ on sys.path)
+import projection as pj
 import report
 import topologies
 import virtlink_bench as vb
@@ -74,84 +75,6 @@ def log(msg):
     sys.stderr.flush()
 
 
-def vnf_snapshot(proc, timeout=5):
-    """The vnf's statistics (SIGUSR1 makes it print one JSON line)."""
-    before = proc.output().count("\n")
-    os.kill(proc.pid, signal.SIGUSR1)
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        lines = proc.output().splitlines()
-        for line in reversed(lines[before:]):
-            if line.startswith("{"):
-                return json.loads(line)
-        time.sleep(0.02)
-    raise RuntimeError("%s printed no statistics" % proc.name)
-
-
-def cpu_ns(pid):
-    """CPU time (ns) of every thread of process `pid` so far: the first field of the kernel's
-    schedstat, time on a CPU (time waiting for one is not in it)."""
-    total = 0
-    for t in os.listdir("/proc/%d/task" % pid):
-        try:
-            with open("/proc/%d/task/%s/schedstat" % (pid, t)) as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass  # a thread that ended meanwhile
-    return total
-
-
-def cycles_trial(topo, size, trial_s, hops):
-    """One back-pressured trial; returns (carried pps, {component: cycles per frame}, tsc_hz,
-    gen ceiling Mpps, {vnfI: busy TSC cycles per frame}). A VNF's cycles per frame are its
-    CPU time (cpu_ns) at the TSC rate per frame it forwarded: unlike its busy TSC cycles,
-    they leave out the time other processes on its CPU ran in the middle of a pass."""
-    before = [vnf_snapshot(p) for p in topo.vnfs]
-    cpu0 = [cpu_ns(p.pid) for p in topo.vnfs]
-    run = topo.trial(0, size, trial_s)
-    cpu1 = [cpu_ns(p.pid) for p in topo.vnfs]
-    after = [vnf_snapshot(p) for p in topo.vnfs]
-    carried = run.rx / run.duration_s if run.duration_s else 0
-    tsc = run.doc.get("clock", {}).get("hz") or (after[0]["tsc_hz"] if after else None)
-    cyc, busy = {}, {}
-    sw = run.cycles.get("switch") if run.cycles else None
-    if sw:
-        cyc["switch"] = round(sw * hops)
-    for i, (b, a) in enumerate(zip(before, after)):
-        dp = a["packets"] - b["packets"]
-        dc = a["busy_cycles"] - b["busy_cycles"]
-        busy["vnf%d" % i] = round(dc / dp) if dp > 0 else None
-        cyc["vnf%d" % i] = round((cpu1[i] - cpu0[i]) * tsc / 1e9 / dp) if dp > 0 and tsc else None
-    # The generator sends and receives every frame on one core: its loop ceiling (TX + RX
-    # cycles; older builds: TX only).
-    return carried, cyc, tsc, run.doc.get("loop_ceiling_mpps") or run.doc.get("ceiling_mpps"), busy
-
-
-def cycles_repeated(topo, size, opts, hops):
-    """cycles_trial() --repeat times: the median carried rate and, per component, the median
-    cycles per frame."""
-    runs = [cycles_trial(topo, size, opts.trial, hops) for _ in range(opts.repeat)]
-
-    def med(vals):
-        vals = sorted(v for v in vals if v is not None)
-        return vals[(len(vals) - 1) // 2] if vals else None
-    keys = set(k for r in runs for k in r[1])
-    cyc = {k: med([r[1].get(k) for r in runs]) for k in sorted(keys)}
-    busy = {k: med([r[4].get(k) for r in runs]) for k in sorted(set(k for r in runs for k in r[4]))}
-    return (med([r[0] for r in runs]), cyc, med([r[2] for r in runs]),
-            med([r[3] for r in runs]), busy)
-
-
-def projection(cyc, tsc_hz):
-    """Projected NDR (Mpps) with one core per component: the slowest component's rate, and
-    which component it is."""
-    rates = {k: tsc_hz / v / 1e6 for k, v in cyc.items() if v}
-    if not rates:
-        return None, None
-    k = min(rates, key=rates.get)
-    return round(rates[k], 4), k
-
-
 def run_mode(mode, n, sizes, opts, rows, errors, diag):
     kind, swmode = SWITCH_OF[mode]
     if not vb.available(kind):
@@ -178,17 +101,18 @@ def run_mode(mode, n, sizes, opts, rows, errors, diag):
             log("[chain %s] started in %.1f s" % (label, time.time() - t0))
             for size in sizes:
                 tag = "[chain %s %dB]" % (label, size)
-                carried, cyc, tsc, gen_ceiling, busy = cycles_repeated(topo, size, opts, hops)
-                proj, bottleneck = projection(cyc, tsc) if tsc else (None, None)
+                carried, cyc, tsc, gen_ceiling, busy, wake = pj.cycles_repeated(topo, size, opts, hops)
+                proj, bottleneck = pj.projection(cyc, tsc) if tsc else (None, None)
                 log("%s back-pressured: %.3f Mpps carried; cycles/frame %s; projected NDR with "
-                    "one core per component %s Mpps (%s)" % (tag, carried / 1e6, cyc, proj,
-                                                             bottleneck))
+                    "one core per component %s Mpps (%s); vnf sleeps/passes per 1000 frames %s"
+                    % (tag, carried / 1e6, cyc, proj, bottleneck, wake))
                 o = copy.copy(opts)
                 line = vb.line_rate_pps(size) * 2
                 o.max_mpps = max(min(line, 1.25 * carried), 1000.0) / 1e6
                 fields, _ = vb.measure_repeated(topo, label, size, o)
                 fields["cycles_per_packet"] = cyc or None
                 fields["vnf_busy_cycles_per_packet"] = busy or None
+                fields["vnf_sleeps_passes_per_1000"] = wake or None
                 fields["search"]["calibration_mpps"] = round(carried / 1e6, 4)
                 rows.append(report.row(
                     experiment="chain", topology="chain", switch="none" if mode == "direct" else kind,
@@ -220,8 +144,8 @@ def p2p_check(sizes, opts, rows, errors):
             topo.start()
             topo.start_gen()
             for size in sizes:
-                carried, cyc, tsc, gen_ceiling, _ = cycles_repeated(topo, size, opts, 1)
-                proj, _ = projection(cyc, tsc) if tsc else (None, None)
+                carried, cyc, tsc, gen_ceiling, _, _ = pj.cycles_repeated(topo, size, opts, 1)
+                proj, _ = pj.projection(cyc, tsc) if tsc else (None, None)
                 o = copy.copy(opts)
                 o.max_mpps = max(min(vb.line_rate_pps(size) * 2, 1.25 * carried), 1000.0) / 1e6
                 fields, _ = vb.measure_repeated(topo, "p2p-check", size, o)
