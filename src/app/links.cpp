@@ -89,6 +89,7 @@ bool LinkManager::link(const std::string& a, const std::string& b, control::Json
                        std::string* err) {
   int ia = -1, ib = -1;
   for (uint32_t i = 0; i < ports_->size(); ++i) {
+    if (!(*ports_)[i]) continue;  // a vacant slot: its name() is "", which no port has
     if (name(i) == a) ia = static_cast<int>(i);
     if (name(i) == b) ib = static_cast<int>(i);
   }

@@ -15,6 +15,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -383,6 +384,24 @@ TEST_F(RunningSwitch, ShowSummarisesTheSwitch) {
   EXPECT_EQ(r["ports"][0]["link"], Json({{"peer", "b"}, {"serves", false}, {"state", "switched"}}));
   EXPECT_EQ(r["ports"][1]["link"], Json({{"peer", "a"}, {"serves", true}, {"state", "switched"}}));
   ASSERT_EQ(r["links"].size(), 1u);
+}
+
+// A deleted port leaves its slot vacant; a vacant slot has no name, and `link` of the name
+// "" is an unknown port, not the vacant slot (fuzz_control found the latter:
+// fuzz/regressions/fuzz_control/link_to_empty_name_matched_a_vacant_slot).
+TEST_F(RunningSwitch, LinkDoesNotMatchAVacantSlot) {
+  Json r;
+  std::string err;
+  ASSERT_TRUE(ctl("add-port", {"e", "vhost-user", dir + "/e.sock"}, &r, &err)) << err;
+  ASSERT_TRUE(ctl("del-port", {"e"}, &r, &err)) << err;
+  // (A B, the unknown one)
+  for (const auto& [a, b, unknown] : {std::tuple{"a", "", ""}, std::tuple{"", "b", ""},
+                                      std::tuple{"e", "a", "e"}}) {
+    EXPECT_FALSE(ctl("link", {a, b}, &r, &err)) << a << " " << b;
+    EXPECT_EQ(err, fmt::format("no port named '{}'", unknown)) << a << " " << b;
+  }
+  ASSERT_TRUE(ctl("links", {}, &r, &err)) << err;
+  EXPECT_EQ(r, Json::array());
 }
 
 // `ctl log-level LEVEL` sets the level at run time; without LEVEL it says which; any other
