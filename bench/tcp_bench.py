@@ -202,7 +202,38 @@ def summarize(rows):
     return out
 
 
-def table(rows):
+def goals(summary, seconds):
+    """Issue 21's goals on every virtlink path: offloads on >= 3x off with one stream (the
+    guests' CPU next to it: TCG guests bound both sides), and -P 10 without no_rx_buffer
+    drops (the switch's, summed over the repeats)."""
+    out = ["", "goals (issue 21, virtlink paths):"]
+
+    def find(path, offloads, streams):
+        return next((s for s in summary if (s["path"], s["offloads"], s["streams"]) ==
+                     (path, offloads, streams)), None)
+
+    def cpu(s):
+        c = s.get("cost") or {}
+        v = c.get("guest_cpu_s")
+        return "-" if v is None else "%.2f s (%.0f%% of 2 guests x %d s)" % (
+            v, 100.0 * v / (2 * seconds), seconds)
+    for path in sorted({s["path"] for s in summary if s["path"].startswith("virtlink")}):
+        on, off = find(path, "on", 1), find(path, "off", 1)
+        if on and off and off["throughput_mbps"]:
+            q = on["throughput_mbps"] / off["throughput_mbps"]
+            out.append("  %s -P 1: offloads on/off %.2fx (goal >= 3x): %s; guests' CPU on %s, "
+                       "off %s" % (path, q, "met" if q >= 3 else "NOT met", cpu(on), cpu(off)))
+        for offloads in ("on", "off"):
+            p10 = find(path, offloads, 10)
+            if not p10 or not p10.get("cost") or p10["cost"].get("switch_drops") is None:
+                continue
+            n = p10["cost"]["switch_drops"].get("no_rx_buffer", 0)
+            out.append("  %s -P 10 offloads %s: no_rx_buffer drops %d over %d runs (goal 0): %s"
+                       % (path, offloads, n, p10["repeats"], "met" if n == 0 else "NOT met"))
+    return out if len(out) > 2 else []
+
+
+def table(rows, seconds=None):
     summary = summarize(rows)
 
     def find(path, offloads, streams):
@@ -223,7 +254,7 @@ def table(rows):
             "%.2f" % s["spread"] if s["spread"] is not None else "-",
             ratio(other) if s["offloads"] == "on" else "", ratio(nat), ratio(qus), ratio(qix),
             guest_cost.cost_columns(s["cost"]) if s["cost"] else ""))
-    return lines
+    return lines + (goals(summary, seconds) if seconds else [])
 
 
 def main(argv):
@@ -293,7 +324,8 @@ def main(argv):
             "under TCG (no KVM); every guest's virtio-net receive queue has %s entries "
             "(rx_queue_size)." % (opts.seconds, opts.rx_queue_size or "QEMU's default 256"))
     report.print_guest_report("tcp", version, anchors["qemu"], command, CORE_PLAN, load0, load1,
-                              table(rows), note, errors, t0, opts.json, rows, anchors,
+                              table(rows, opts.seconds), note, errors, t0, opts.json, rows,
+                              anchors,
                               method={"seconds": opts.seconds, "streams": opts.streams,
                                   "repeat": opts.repeat, "modes": opts.modes,
                                   "offloads": opts.offloads, "switch_args": opts.switch_args,
