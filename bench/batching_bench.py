@@ -111,7 +111,9 @@ def run(opts, measure_point, log):
                         sw = topologies.OvsSwitch(tb, mode, tx_flush_interval=settings[0])
                     topo = topologies.Topology(tb, seed_topo if uplink else topo_key, sw,
                                                queue_size=opts.queue_size, uplink=uplink,
-                                               links=links, gen_wire=opts.gen_wire)
+                                               links=links, gen_wire=opts.gen_wire,
+                                               vnf_batch=getattr(opts, "vnf_sched",
+                                                                 "batch") == "batch")
                     topo.start()
                     topo.start_gen(unidirectional=True)
                     n_vnfs = topo.n_vnfs

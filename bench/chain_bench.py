@@ -57,8 +57,9 @@ CORE_PLAN = ("switch PMD (virtlink PMD thread, testpmd forwarding lcore, or OVS 
              "and receive) busy-polls on CPU %d; the VNFs (virtlink vnf, io forwarding, "
              "interrupt mode) are pinned to CPU %d with the generator (vnf --cpu), so the "
              "switch's busy cycles are its own; in direct mode they copy into their "
-             "neighbours' rings there" % (topologies.SWITCH_CPU, topologies.GEN_CPU,
-                                           topologies.GEN_CPU))
+             "neighbours' rings there. The VNFs run SCHED_BATCH unless --vnf-sched other: "
+             "a VNF woken by a notification does not preempt its sender" % (
+                 topologies.SWITCH_CPU, topologies.GEN_CPU, topologies.GEN_CPU))
 
 
 def chain_topology(n):
@@ -86,7 +87,7 @@ def run_mode(mode, n, sizes, opts, rows, errors, diag):
         with vltest.Testbed(None) as tb:
             sw = topologies.make_switch(tb, kind, swmode)
             topo = topologies.Topology(tb, "chain%d" % n, sw, queue_size=opts.queue_size,
-                                       vnf_cpu=topologies.GEN_CPU)
+                                       vnf_cpu=topologies.GEN_CPU, vnf_batch=opts.vnf_batch)
             t0 = time.time()
             topo.start()
             hops = n + 1
@@ -121,7 +122,8 @@ def run_mode(mode, n, sizes, opts, rows, errors, diag):
                     vnfs=n, flows=opts.flows, frame_size=size, trial_s=opts.trial,
                     projected_ndr_mpps=proj, projection_bottleneck=bottleneck,
                     switch_hops=hops, tsc_hz=tsc, gen_ceiling_mpps=gen_ceiling,
-                    chain_mode=mode, vnf_pmd_mode="interrupt", **fields))
+                    chain_mode=mode, vnf_pmd_mode="interrupt", vnf_sched=opts.vnf_sched,
+                    **fields))
             if kind == "virtlink":
                 diag["%s/%d" % (mode, n)] = {
                     "switch_ports": {k: {x: v[x] for x in ("rx_packets", "tx_packets", "drops")}
@@ -338,12 +340,18 @@ def main(argv):
                     "placement') or at whatever the host gives (any)")
     ap.add_argument("--placement-wait", type=float, default=None,
                     help="seconds a trial waits for near placement (20; --quick 5)")
+    ap.add_argument("--vnf-sched", choices=("batch", "other"), default="batch",
+                    help="the VNFs' scheduling policy: batch (SCHED_BATCH, default: a VNF woken "
+                    "by its neighbour's notification does not preempt it mid-batch, as VNFs "
+                    "with cores of their own would not) or other (the default policy; "
+                    "bench/README.md 'VNFs sharing a CPU')")
     ap.add_argument("--no-check", action="store_true", help="skip the p2p method check")
     ap.add_argument("--plot-dir", default=None,
                     help="where PNG plots go (default: the --json file's directory, else the "
                     "current directory)")
     ap.add_argument("--no-plot", action="store_true")
     opts = ap.parse_args(argv)
+    opts.vnf_batch = opts.vnf_sched == "batch"
     if opts.plot_dir is None:
         opts.plot_dir = os.path.dirname(os.path.abspath(opts.json)) if opts.json else os.getcwd()
     vltest.VIRTLINK = os.path.abspath(opts.virtlink)
@@ -399,6 +407,7 @@ def main(argv):
                                   "latency_fraction": opts.latency_fraction,
                                   "retries": opts.retries, "max_trials": opts.max_trials,
                                   "queue_size": opts.queue_size, "note": note,
+                                  "vnf_sched": opts.vnf_sched,
                                   "projection": __doc__.split("Per N and frame size:")[1]},
                           diagnostics=diag)
         print("wrote " + opts.json)

@@ -78,8 +78,9 @@ VETH_MTU = 2000
 CORE_PLAN = ("switch PMD (virtlink PMD thread, testpmd forwarding lcore, or OVS PMD thread) "
              "busy-polls on CPU %d; the generator (virtlink gen, one thread: transmit and "
              "receive) busy-polls on CPU %d; VNFs (virtlink vnf, io forwarding) run in "
-             "interrupt mode, unpinned, sharing both CPUs; testpmd's main lcore and OVS's "
-             "non-PMD threads mostly sleep" % (SWITCH_CPU, GEN_CPU))
+             "interrupt mode, unpinned, sharing both CPUs, under SCHED_BATCH unless --vnf-sched "
+             "other (a VNF woken by a notification does not preempt its sender); testpmd's "
+             "main lcore and OVS's non-PMD threads mostly sleep" % (SWITCH_CPU, GEN_CPU))
 UPLINK_CORE_PLAN = (
     "; on the veths the kernel's work runs on the sender's CPU: a frame the generator sends "
     "is carried through the veth into the switch's socket (softirq: veth, XDP program or "
@@ -747,15 +748,18 @@ class GenRun:
 class Topology:
     def __init__(self, tb, topology, switch, vnf_mode="io", vnf_pmd_mode="interrupt",
                  queue_size=1024, ring="split", queues=1, uplink=None, links=None,
-                 gen_wire="af-xdp", vnf_cpu=None):
+                 gen_wire="af-xdp", vnf_cpu=None, vnf_batch=False):
         """`queue_size`: entries of the generator's rings (the VNFs keep their default, 256,
         QEMU's default for a guest's virtio-net queues). `ring` (split | packed) and `queues`
         (queue pairs): the generator's virtqueues (gen --ring, --queues). `uplink` (a key of
         UPLINKS) with `links` (VethLinks over the topology's uplink ports): the "P" is a
         veth, the switch's uplink on one end and the generator, in the links' namespace, on
         the other through a `gen_wire` port (af-xdp or af-packet). `vnf_cpu`: pin every VNF
-        to this CPU (vnf --cpu; default: unpinned)."""
-        self.vnf_cpu = vnf_cpu
+        to this CPU (vnf --cpu; default: unpinned). `vnf_batch`: run the VNFs under
+        SCHED_BATCH (`chrt -b 0`): a VNF woken by a notification does not preempt the
+        process that sent it (a neighbour VNF in the middle of its batch, or the generator),
+        as VNFs with cores of their own would not (bench/README.md "VNFs sharing a CPU")."""
+        self.vnf_cpu, self.vnf_batch = vnf_cpu, vnf_batch
         self.ring, self.queues = ring, queues
         self.uplink, self.links, self.gen_wire = uplink, links, gen_wire
         if uplink is not None:
@@ -795,6 +799,8 @@ class Topology:
                     "--mode", self.vnf_mode, "--pmd-mode", self.vnf_pmd_mode]
             if self.vnf_cpu is not None:
                 argv += ["--cpu", str(self.vnf_cpu)]
+            if self.vnf_batch:
+                argv = ["chrt", "-b", "0"] + argv
             p = vltest.Proc("vnf%d" % i, argv, self.tb.dir)
             self.tb.procs.append(p)
             self.vnfs.append(p)

@@ -328,7 +328,8 @@ def bench_rfc2544(opts):
                                             queues=opts.queues)
                 topo = topologies.Topology(tb, topology, sw, queue_size=opts.queue_size,
                                            ring=opts.ring, queues=opts.queues, uplink=uplink,
-                                           links=links, gen_wire=opts.gen_wire)
+                                           links=links, gen_wire=opts.gen_wire,
+                                           vnf_batch=opts.vnf_sched == "batch")
                 t0 = time.time()
                 topo.start()
                 topo.start_gen()
@@ -780,6 +781,11 @@ def main():
     ap.add_argument("--gen-wire", choices=topologies.GEN_WIRES, default="af-xdp",
                     help="with --uplink: the generator's port on its end of each veth (gen "
                     "--port TYPE:IFACE; default af-xdp)")
+    ap.add_argument("--vnf-sched", choices=("batch", "other"), default="batch",
+                    help="pvp, pvvp, batching: the VNFs' scheduling policy: batch (SCHED_BATCH, "
+                    "default: a VNF woken by a notification does not preempt its sender, the "
+                    "switch or the generator, mid-batch) or other (the default policy; "
+                    "bench/README.md 'VNFs sharing a CPU')")
     ap.add_argument("--plot-dir", default=None,
                     help="where PNG plots go (default: the --json file's directory, else the "
                     "current directory)")
