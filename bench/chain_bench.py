@@ -253,7 +253,7 @@ def goals(rows, sizes, ns):
         a, b = find("direct", lo, size), find("direct", hi, size)
         if a and b and lo != hi and a["projected_ndr_mpps"] and b["projected_ndr_mpps"]:
             q = b["projected_ndr_mpps"] / a["projected_ndr_mpps"]
-            out.append("  direct %d B: projected NDR N=%d / N=%d %.2f (goal >= 0.90): %s" % (
+            out.append("  direct %d B: projected NDR N=%d / N=%d %.3f (goal >= 0.90): %s" % (
                 size, hi, lo, q, "met" if q >= 0.9 else "NOT met"))
         for n in ns:
             sw, d = find("virtlink", n, size), find("direct", n, size)
@@ -283,15 +283,17 @@ def plot(rows, sizes, path_base, title):
             data[name] = "".join("%d %.6f %s\n" % (n, v or 0, "%.6f" % p if p else "NaN")
                                  for n, v, p in pts)
             key = name.replace(".", "_")
-            plots.append("'{%s}' using 1:2 with linespoints lw 2 lc %d title '%s (measured)'" %
-                         (key, i + 1, mode))
+            plots.append("'{%s}' using 1:2 with linespoints lw 2 lc %d title '%s (measured, "
+                         "not fair)'" % (key, i + 1, mode))
             plots.append("'{%s}' using 1:3 with linespoints dt 2 lc %d title '%s (projected, "
                          "one core each)'" % (key, i + 1, mode))
         if not plots:
             continue
         path = "%s-%d.png" % (path_base, size)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        script = ("set terminal pngcairo size 900,560\nset output '%s'\nset title '%s, %d B'\n"
+        script = ("set terminal pngcairo size 1100,560\nset output '%s'\n"
+                  "set title '%s, %d B (solid: measured, not fair on 2 CPUs; dashed: "
+                  "projected)'\n"
                   "set xlabel 'number of chained VNFs'\nset ylabel 'NDR (Mpps, both directions)'\n"
                   "set xtics 1\nset grid\nset key outside right\nset yrange [0:*]\n"
                   "plot %s\n" % (path, title.replace("'", ""), size,
