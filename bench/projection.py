@@ -20,24 +20,15 @@ bench chain checks the method on p2p, where the switch and the generator each bu
 a core of their own (measured / projected within 20%: issue 21).
 """
 
-import json
 import os
-import signal
-import time
+
+import _pylib  # noqa: F401  (puts pylib/ on sys.path)
+from vltestlib import vltest
 
 
 def vnf_snapshot(proc, timeout=5):
-    """The vnf's statistics (SIGUSR1 makes it print one JSON line)."""
-    before = proc.output().count("\n")
-    os.kill(proc.pid, signal.SIGUSR1)
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        lines = proc.output().splitlines()
-        for line in reversed(lines[before:]):
-            if line.startswith("{"):
-                return json.loads(line)
-        time.sleep(0.02)
-    raise RuntimeError("%s printed no statistics" % proc.name)
+    """The vnf's statistics (vltest.vnf_stats: SIGUSR1 makes it print one JSON line)."""
+    return vltest.vnf_stats(proc, timeout)
 
 
 def cpu_ns(pid):

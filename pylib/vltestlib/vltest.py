@@ -690,6 +690,21 @@ def one_way(tb, src="a", dst="b", tx_args=("--txpkts=64",), rx_args=(), rx_vdev_
 # ---------------------------------------------------------------------------------------
 # Assertion helpers
 
+def vnf_stats(proc, timeout=5):
+    """The statistics of a running `virtlink vnf` (Proc): SIGUSR1 makes it print them as one
+    JSON line. Raises RuntimeError (with its output's tail) if none comes within `timeout` s."""
+    before = proc.output().count("\n")
+    os.kill(proc.pid, signal.SIGUSR1)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        lines = proc.output().splitlines()
+        for line in reversed(lines[before:]):
+            if line.startswith("{"):
+                return json.loads(line)
+        time.sleep(0.02)
+    raise RuntimeError("%s printed no statistics:\n%s" % (proc.name, proc.output()[-3000:]))
+
+
 def drops_total(stats):
     return sum(sum(p["drops"].values()) for p in stats.values())
 

@@ -112,7 +112,7 @@ class ChainGoals(unittest.TestCase):
         text = "\n".join(chain_bench.goals(rows, [64], [2, 5]))
         self.assertIn("method check 64 B: measured/projected 0.90 (goal 0.80-1.20): met", text)
         # 1.7 / 2.0 = 0.85 < 0.9.
-        self.assertIn("direct 64 B: projected NDR N=5 / N=2 0.85 (goal >= 0.90): NOT met", text)
+        self.assertIn("direct 64 B: projected NDR N=5 / N=2 0.850 (goal >= 0.90): NOT met", text)
         # switched 900 + 600 = 1500, direct 600 + 1000 = 1600: dearer by 100 per inner hop.
         self.assertIn("64 B N=2: cycles per frame of every process, switched 1500, direct 1600: "
                       "a direct hop dearer than a switched one (+100 cycles per inner hop): "

@@ -29,7 +29,6 @@ vnf x serves the rings of vnf y's port 0, so only the first and last hop cross t
 """
 import json
 import os
-import signal
 import subprocess
 import time
 import unittest
@@ -86,18 +85,7 @@ def finish_gen(p, out, timeout=60):
         return json.load(f)
 
 
-def vnf_stats(p, timeout=5):
-    """The vnf's statistics line (SIGUSR1: it prints them as one JSON line)."""
-    before = p.output().count("\n")
-    os.kill(p.pid, signal.SIGUSR1)
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        lines = p.output().splitlines()
-        for line in reversed(lines[before:]):
-            if line.startswith("{"):
-                return json.loads(line)
-        time.sleep(0.05)
-    raise AssertionError("%s printed no statistics:\n%s" % (p.name, p.output()[-3000:]))
+vnf_stats = vltest.vnf_stats
 
 
 def memfd_inodes(pid):
