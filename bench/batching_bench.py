@@ -226,12 +226,14 @@ def pvp_projection(topo, opts, flows, fields, log, tag):
     row's fields for it; the point's own `cycles_per_packet` becomes per component."""
     carried, cyc, tsc, _, busy, wake = pj.cycles_repeated(topo, 64, opts, 2, flows)
     proj, bottleneck = pj.projection(cyc, tsc) if tsc else (None, None)
-    log("[%s] back-pressured %.3f Mpps; cycles/frame %s; projected NDR %s Mpps (%s)" % (
+    log("[%s] back-pressured %.3f Mpps; cycles/frame per component (switch: both crossings) "
+        "%s; projected NDR %s Mpps (%s)" % (
         tag, carried / 1e6, cyc, proj, bottleneck))
     fields["cycles_per_packet"] = cyc or None
     return {"projected_ndr_mpps": proj, "projection_bottleneck": bottleneck, "tsc_hz": tsc,
             "switch_hops": 2, "vnf_busy_cycles_per_packet": busy or None,
             "vnf_sleeps_passes_per_1000": wake or None, "ndr_fair": False,
+            "vnf_sched": getattr(opts, "vnf_sched", "batch"),
             "ndr_note": PVP_NOT_FAIR}
 
 

@@ -177,8 +177,10 @@ def table(rows, sizes, ns):
     chain = [r for r in rows if r["topology"] == "chain"]
     for size in sizes:
         lines.append("")
-        lines.append("%d B: NDR Mpps (both directions) per number of VNFs; proj: one core per "
-                     "component; cycles per frame: switch / each vnf" % size)
+        lines.append("%d B: NDR Mpps (both directions) per number of VNFs, measured with N + 2 "
+                     "busy processes on 2 CPUs: NOT fair (0.000: no trial passed); proj: "
+                     "projected, one core per component; cycles per frame: switch / each vnf"
+                     % size)
         lines.append("%-9s %3s %9s %9s  %-11s %s" % ("mode", "N", "NDR", "proj", "bottleneck",
                                                      "cycles/frame"))
         for mode in MODES:
@@ -237,6 +239,10 @@ def goals(rows, sizes, ns):
     the shortest to the longest chain (projected, >= 0.9x), and a chain of direct links
     cheaper, counting every process, than the same chain switched."""
     out = ["", "goals (issue 21):"]
+    if not any(x["topology"] == "p2p" for x in rows):
+        out.append("  not measured: the method check (p2p; --no-check, or it failed)")
+    if min(ns) == max(ns):
+        out.append("  not measured: direct N=max / N=min (one chain length: --vnfs)")
     for r in (x for x in rows if x["topology"] == "p2p"):
         p = r.get("projected_with_gen_mpps")
         if p:
@@ -316,27 +322,34 @@ def main(argv):
     ap.add_argument("--virtlink", required=True, help=argparse.SUPPRESS)
     ap.add_argument("--vnfs", default=None, help="chain lengths: 2..5 (default) or 2,5 "
                     "(--quick: 2,5)")
-    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated of %s" %
-                    ",".join(MODES))
+    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated of %s (default "
+                    "all)" % ",".join(MODES))
     ap.add_argument("--json", help="write the bench JSON (INTERFACES.md) here")
     ap.add_argument("--quick", action="store_true", help="N = 2 and 5, 64 and 1518 B, 0.5 s "
-                    "trials, 25%% precision, no latency trial")
-    ap.add_argument("--frame-sizes", default="64,1518")
+                    "trials, 25%% precision, at most 5 trials per search, no retries, no "
+                    "latency trial")
+    ap.add_argument("--frame-sizes", default="64,1518", help="bytes, comma-separated (64,1518)")
     ap.add_argument("--trial", type=float, help="seconds per trial (2; --quick 0.5)")
     ap.add_argument("--precision", help="search resolution (5%%; --quick 25%%)")
-    ap.add_argument("--pdr-loss", type=float, default=0.5)
+    ap.add_argument("--pdr-loss", type=float, default=0.5,
+                    help="loss (%%) a PDR trial may have (0.5)")
     ap.add_argument("--latency-fraction", type=float, default=None,
                     help="latency trial at this fraction of NDR (0.9; --quick 0: none)")
-    ap.add_argument("--flows", type=int, default=1)
-    ap.add_argument("--retries", type=int, default=None)
-    ap.add_argument("--max-short", type=float, default=0.05)
+    ap.add_argument("--flows", type=int, default=1, help="flows the generator sends (1)")
+    ap.add_argument("--retries", type=int, default=None,
+                    help="repeats of a trial the generator could not offer (1; --quick 0)")
+    ap.add_argument("--max-short", type=float, default=0.05,
+                    help="a trial is invalid when the generator offered less than 1 - this of "
+                    "its planned frames (0.05)")
     ap.add_argument("--queue-size", type=int, default=4096,
                     help="entries of the generator's rings (4096, as bench batching: they "
                     "absorb the host's stalls of about 1 ms; bench/README.md 'Host stalls')")
     ap.add_argument("--repeat", type=int, default=1,
-                    help="measure every point N times: the median NDR run (its figures) and "
-                    "the median cycles per frame of each component (default 1)")
-    ap.add_argument("--max-trials", type=int, default=None)
+                    help="measure every point N times: the median NDR run (its figures) and, "
+                    "from N back-pressured trials, the median cycles per frame of each "
+                    "component (default 1)")
+    ap.add_argument("--max-trials", type=int, default=None,
+                    help="trials per NDR search (20; --quick 5)")
     ap.add_argument("--placement", choices=("near", "any"), default="near",
                     help="take each NDR trial at near core placement (bench/README.md 'Core "
                     "placement') or at whatever the host gives (any)")
@@ -395,10 +408,11 @@ def main(argv):
         except RuntimeError as e:
             log("plot: %s" % e)
     note = ("NDR: RFC 2544 no-loss rate, Mpps over both directions ('+': generator-limited "
-            "lower bound); proj: projected NDR with one core per component = min over the "
-            "switch and every vnf of TSC Hz / that component's busy cycles per frame, measured "
-            "in one back-pressured trial (switch: its cycles per packet x the times a frame "
-            "crosses it: N+1 switched, 2 direct); trials of %.3g s (vsperf: 60 s)" % opts.trial)
+            "lower bound; 0.000: not even the search's lowest rate passed); proj: projected NDR "
+            "with one core per component = min over the switch and every vnf of TSC Hz / that "
+            "component's cycles per frame (switch: its busy cycles per packet x the times a "
+            "frame crosses it, N+1 switched, 2 direct; vnf: its CPU time per frame), medians "
+            "of --repeat back-pressured trials; trials of %.3g s (vsperf: 60 s)" % opts.trial)
     print("virtlink bench chain   (%s, %s)" % (time.strftime("%Y-%m-%d %H:%M"), version))
     report.print_summary(CORE_PLAN, load0, load1, lines, note, errors, plots, t0)
     if opts.json:

@@ -2,7 +2,7 @@
 
 Paths (iperf3 -c in g1 -> iperf3 -s in g2, `-P 1` and `-P 10`, `-t SECONDS`):
   virtlink-MODE    guest1 -> virtlink (bridge, --pmd-mode MODE; poll: PMD on CPU 1, adaptive
-                   and interrupt: unpinned) -> guest2 (--modes, default poll,adaptive).
+                   and interrupt: unpinned) -> guest2 (--modes, default all three).
                    offloads on: the switch offers CSUM, GUEST_CSUM, TSO4/6, ECN and the
                    guests take them (TSO frames cross the switch whole, up to 64 KiB);
                    off: the switch refuses them (`--offloads off`), so the guests checksum
@@ -266,7 +266,8 @@ def main(argv):
     ap.add_argument("--seconds", type=int, help="iperf3 -t (10; --quick 3)")
     ap.add_argument("--streams", default="1,10", help="iperf3 -P values (1,10)")
     ap.add_argument("--paths", default="virtlink,qemu-userspace,native",
-                    help="virtlink, qemu-userspace and/or native; also qemu-userspace-intx "
+                    help="virtlink, qemu-userspace and/or native (default all three); also "
+                    "qemu-userspace-intx "
                     "(QEMU's path with the vhost-user guests' INTx interrupts, vectors=0)")
     ap.add_argument("--modes", default="poll,interrupt,adaptive",
                     help="virtlink PMD modes, each a path (poll,interrupt,adaptive)")
