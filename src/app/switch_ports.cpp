@@ -16,6 +16,7 @@
 #include "app/switch.h"
 #include "dp/flush.h"
 #include "util/log.h"
+#include "util/text.h"
 #include "util/unix_socket.h"
 
 namespace vl::app {
@@ -67,7 +68,7 @@ bool name_ok(const std::string& n, std::string* err) {
   if (!n.empty() && n.size() <= kMaxNameLen && printable && n[0] != '-' && n != "all") return true;
   *err = fmt::format("port name '{}': 1 to {} printable characters, without spaces, '=' or ':', "
                      "not starting with '-', and not 'all'",
-                     n.substr(0, kMaxNameLen), kMaxNameLen);
+                     utf8_prefix(n, kMaxNameLen), kMaxNameLen);
   return false;
 }
 
@@ -115,7 +116,7 @@ std::string saved_ids_error(const std::map<std::string, std::string>& ids) {
     if (k.empty() || k.size() > kMaxIdKeyLen || v.size() > kMaxIdValueLen || !printable_text(k) ||
         !printable_text(v))
       return fmt::format("external id '{}': keys of 1 to {} bytes, values up to {}, no control "
-                         "characters", k.substr(0, 64), kMaxIdKeyLen, kMaxIdValueLen);
+                         "characters", utf8_prefix(k, 64), kMaxIdKeyLen, kMaxIdValueLen);
   }
   return "";
 }
@@ -157,11 +158,11 @@ bool Switch::parse_edit(const std::vector<std::string>& settings, PortEdit* e, s
         return false;
       }
       if (!printable_text(k) || !printable_text(v)) {
-        *err = fmt::format("external-id '{}': no control characters", k.substr(0, 64));
+        *err = fmt::format("external-id '{}': no control characters", utf8_prefix(k, 64));
         return false;
       }
       if (k.size() > kMaxIdKeyLen || v.size() > kMaxIdValueLen) {
-        *err = fmt::format("external-id '{}': keys up to {} bytes, values up to {}", k.substr(0, 64),
+        *err = fmt::format("external-id '{}': keys up to {} bytes, values up to {}", utf8_prefix(k, 64),
                            kMaxIdKeyLen, kMaxIdValueLen);
         return false;
       }
@@ -402,7 +403,16 @@ bool Switch::reopen_port(uint32_t i, const port::PortConfig& next, const port::P
   *err = back ? fmt::format("port {}: {} (it is as it was)", old.name, why)
               : fmt::format("port {}: {}; it could not reopen as it was either ({}): it is deleted",
                             old.name, why, again);
-  if (!back) save_state();
+  if (!back) {
+    // Deleted as del-port deletes: its (switched) link and the mirrors to and from its slot
+    // go too, or the next port in the slot would inherit them (a direct or quarantined
+    // link pins its ports: they are never reopened). remove_port() cleared its records.
+    std::string unused;
+    links_.drop_port(i, &unused);
+    observe_port_gone(i);
+    spdlog::error("{}", *err);
+    save_state();
+  }
   return false;
 }
 
@@ -685,19 +695,13 @@ void Switch::reload_ports(const SwitchConfig& nc, control::Json* out) {
       failed.push_back({{"port", c.name}, {"error", err}});
       continue;
     }
-    const auto ids = external_ids_[*i];
-    const auto settings = settings_[*i];
     const port::PortConfig old = ports_[*i]->config();
-    remove_port(*i);
-    if (!open_port(*i, e.cfg, &err)) {
-      std::string again;
-      if (!open_port(*i, old, &again)) spdlog::error("reload: port {}: cannot reopen it: {}", c.name, again);
-      failed.push_back({{"port", c.name}, {"error", err}});
-    } else {
+    if (reopen_port(*i, e.cfg, old, &err)) {
       reopened.push_back(c.name);
+    } else {
+      failed.push_back({{"port", c.name}, {"error", err}});
+      if (!ports_[*i]) removed.push_back(c.name);  // it could not come back as it was either
     }
-    external_ids_[*i] = ids;
-    settings_[*i] = settings;
   }
   cfg_.ports = nc.ports;
   (*out)["added"] = added;

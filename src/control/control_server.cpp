@@ -435,7 +435,9 @@ void ControlServer::start_reply(Client& c, const std::string& line) {
       }
     }
   }
-  c.out = reply.dump() + "\n";
+  // Bytes that are not UTF-8 (a name given on the command line, a quote of untrusted input)
+  // are written as U+FFFD: the JSON writer would otherwise throw, and nothing here may.
+  c.out = reply.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
   with_identity(&c.out);
 }
 

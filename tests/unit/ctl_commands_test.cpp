@@ -23,6 +23,7 @@
 
 #include "app/switch.h"
 #include "control/command_table.h"
+#include "util/text.h"
 #include "virtlink_version.h"
 
 namespace vl::app {
@@ -402,6 +403,64 @@ TEST_F(RunningSwitch, LinkDoesNotMatchAVacantSlot) {
   }
   ASSERT_TRUE(ctl("links", {}, &r, &err)) << err;
   EXPECT_EQ(r, Json::array());
+}
+
+// A refused name or external-id key is quoted in the error cut to 64 bytes; a cut inside a
+// multi-byte character made the reply invalid UTF-8, whose JSON dump threw and ended the
+// switch (found by an attack on the control socket). The quote now ends on a character.
+TEST_F(RunningSwitch, ErrorsQuotingCutUtf8StayJson) {
+  Json r;
+  std::string err;
+  const std::string name = std::string(63, 'n') + "\xc3\xa9";  // 65 bytes: too long
+  EXPECT_FALSE(ctl("add-port", {name, "vhost-user", dir + "/u.sock"}, &r, &err));
+  EXPECT_NE(err.find("port name '" + std::string(63, 'n') + "'"), std::string::npos) << err;
+  const std::string key = std::string(63, 'k') + "\xc3\xa9" + std::string(300, 'k');
+  EXPECT_FALSE(ctl("set-port", {"a", "external-id:" + key + "=v"}, &r, &err));
+  EXPECT_NE(err.find("external-id '" + std::string(63, 'k') + "'"), std::string::npos) << err;
+  EXPECT_FALSE(ctl("set-port", {"a", "external-id:" + std::string(63, 'k') + "\xc3\xa9\x01=v"},
+                   &r, &err));
+  ASSERT_TRUE(ctl("version", {}, &r, &err)) << err;  // still serving
+}
+
+TEST(Utf8Prefix, CutsOnACharacter) {
+  EXPECT_EQ(utf8_prefix("abc", 5), "abc");
+  EXPECT_EQ(utf8_prefix("a\xc3\xa9" "b", 3), "a\xc3\xa9");   // the whole two-byte character
+  EXPECT_EQ(utf8_prefix("a\xc3\xa9" "b", 2), "a");             // not half of it
+  EXPECT_EQ(utf8_prefix("\xe2\x82\xac\xe2\x82\xac", 5), "\xe2\x82\xac");  // not 2 of 3 bytes
+  EXPECT_EQ(utf8_prefix("\xf0\x9f\x98\x80", 4), "\xf0\x9f\x98\x80");
+  EXPECT_EQ(utf8_prefix("\xf0\x9f\x98\x80", 3), "");
+}
+
+// A set-port or reload that must reopen a port and cannot (not with its new settings, nor
+// as it was) deletes it; its switched link and the mirrors to and from it went with it only
+// in del-port, so the link pointed at the vacant slot (the next second's link check
+// dereferenced it: a crash) and the next port in the slot inherited the mirror.
+TEST_F(RunningSwitch, FailedReopenDeletesLikeDelPort) {
+  Json r;
+  std::string err;
+  const std::string sock = dir + "/x.sock";
+  ASSERT_TRUE(ctl("add-port", {"x", "vhost-user", sock, "external-id:owner=vm-x"}, &r, &err)) << err;
+  ASSERT_TRUE(ctl("link", {"x", "b"}, &r, &err)) << err;
+  ASSERT_TRUE(ctl("mirror", {"x", "tx", "to", "a"}, &r, &err)) << err;
+  // Neither the new settings nor the old can open: a directory took the socket's path.
+  std::filesystem::remove(sock);
+  std::filesystem::create_directory(sock);
+  EXPECT_FALSE(ctl("set-port", {"x", "mtu=3000"}, &r, &err));
+  EXPECT_NE(err.find("it is deleted"), std::string::npos) << err;
+  ASSERT_TRUE(ctl("links", {}, &r, &err)) << err;
+  EXPECT_EQ(r, Json::array());
+  ASSERT_TRUE(ctl("show", {}, &r, &err)) << err;
+  EXPECT_EQ(r["mirrors"], Json::array());
+  std::filesystem::remove(sock);
+  ASSERT_TRUE(ctl("add-port", {"y", "vhost-user", dir + "/y.sock"}, &r, &err)) << err;
+  ASSERT_TRUE(ctl("ports", {}, &r, &err)) << err;
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[2]["name"], "y");
+  EXPECT_EQ(r[2]["external_ids"], Json::object());
+  ASSERT_TRUE(ctl("show", {}, &r, &err)) << err;
+  EXPECT_EQ(r["mirrors"], Json::array());
+  std::this_thread::sleep_for(1500ms);  // the switch's once-a-second link check has run
+  ASSERT_TRUE(ctl("version", {}, &r, &err)) << err;
 }
 
 // `ctl log-level LEVEL` sets the level at run time; without LEVEL it says which; any other
