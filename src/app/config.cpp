@@ -15,6 +15,7 @@
 
 #include "control/metrics_server.h"
 #include "util/cpuset.h"
+#include "util/text.h"
 #include "util/unix_socket.h"
 
 namespace vl::app {
@@ -699,6 +700,20 @@ bool validate_sockets(const SwitchConfig& cfg, std::string* err) {
 }
 }  // namespace
 
+bool port_name_ok(const std::string& n, std::string* err) {
+  const bool printable = std::all_of(n.begin(), n.end(), [](char ch) {
+    return ch > ' ' && ch < 0x7f && ch != '=' && ch != ':';
+  });
+  // A name that reads as a flag (--if-exists: del-port would take it for the flag and the
+  // port could not be deleted) or as the word `all` (set-flush all, fdb all) is refused.
+  if (!n.empty() && n.size() <= kMaxPortNameLen && printable && n[0] != '-' && n != "all")
+    return true;
+  *err = fmt::format("port name '{}': 1 to {} printable characters, without spaces, '=' or ':', "
+                     "not starting with '-', and not 'all'",
+                     utf8_prefix(n, kMaxPortNameLen), kMaxPortNameLen);
+  return false;
+}
+
 bool validate(const SwitchConfig& cfg, std::string* err, bool at_start) {
   std::string maddr;
   uint16_t mport;
@@ -710,6 +725,7 @@ bool validate(const SwitchConfig& cfg, std::string* err, bool at_start) {
   }
   std::set<std::string> names, paths;
   for (const auto& p : cfg.ports) {
+    if (!port_name_ok(p.name, err)) return false;
     if (!names.insert(p.name).second) { *err = fmt::format("port name '{}' used twice", p.name); return false; }
     // A socket path, or an interface or device (one port each), used twice.
     const std::string key = (p.type == port::PortType::kVhostUser ? "socket path '" : "interface '") + p.path + "'";

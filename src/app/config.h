@@ -99,6 +99,12 @@ bool load_toml(const std::string& file, SwitchConfig* cfg, std::string* err);
 /// of an explicit control socket. A switch may start without ports (they come with
 /// `ctl add-port`). `at_start` false: the ports of a running switch, where xconnect pairs
 /// slots (2k, 2k+1) and a port may wait for its peer.
+/// The most bytes of a port name.
+inline constexpr size_t kMaxPortNameLen = 64;
+/// A port name of 1 to kMaxPortNameLen printable ASCII characters without spaces, '=' or
+/// ':', not starting with '-' and not "all" (at start-up, in add-port and in reload alike);
+/// false with `*err` naming the rule.
+bool port_name_ok(const std::string& n, std::string* err);
 bool validate(const SwitchConfig& cfg, std::string* err, bool at_start = true);
 
 }  // namespace vl::app

@@ -29,7 +29,6 @@ constexpr size_t kMaxExternalIds = 64;
 constexpr size_t kMaxIdKeyLen = 256;
 constexpr size_t kMaxIdValueLen = 4096;
 /// Bytes of a port name (it is shown in every listing and names the port in the state file).
-constexpr size_t kMaxNameLen = 64;
 
 bool split_kv(const std::string& s, std::string* k, std::string* v) {
   const size_t eq = s.find('=');
@@ -59,18 +58,7 @@ std::string settings_key(const port::PortConfig& c) {
                      c.queue_size, c.queues);
 }
 
-bool name_ok(const std::string& n, std::string* err) {
-  const bool printable = std::all_of(n.begin(), n.end(), [](char ch) {
-    return ch > ' ' && ch < 0x7f && ch != '=' && ch != ':';
-  });
-  // A name that reads as a flag (--if-exists: del-port would take it for the flag and the
-  // port could not be deleted) or as the word `all` (set-flush all, fdb all) is refused.
-  if (!n.empty() && n.size() <= kMaxNameLen && printable && n[0] != '-' && n != "all") return true;
-  *err = fmt::format("port name '{}': 1 to {} printable characters, without spaces, '=' or ':', "
-                     "not starting with '-', and not 'all'",
-                     utf8_prefix(n, kMaxNameLen), kMaxNameLen);
-  return false;
-}
+bool name_ok(const std::string& n, std::string* err) { return port_name_ok(n, err); }
 
 /// No control characters (a newline would forge a line of the switch's log, which prints
 /// these): external ids, and the target of a port added at run time.

@@ -50,6 +50,20 @@ TEST(ConfigValidate, XconnectRefusesAPortWithoutPeer) {
   EXPECT_NE(err.find("xconnect"), std::string::npos) << err;
 }
 
+// Port names at start-up follow add-port's rule: a config port named `all` was ambiguous
+// with `set-flush all`, one named `-x` could only be deleted after `--`, and one that is
+// not UTF-8 ended the switch at the first `ctl ports` (an attack on the control socket).
+TEST(ConfigValidate, PortNamesAsAddPortHasThem) {
+  std::string err;
+  const std::string long65(65, 'n'), long64(64, 'n');
+  for (const char* bad : {"all", "-x", long65.c_str(), "sp ace", "a:b", "\xff\xfe", ""}) {
+    EXPECT_FALSE(validate(with_ports(dp::ForwardMode::kBridge, {bad}), &err)) << bad;
+    EXPECT_NE(err.find("port name '"), std::string::npos) << err;
+  }
+  EXPECT_TRUE(validate(with_ports(dp::ForwardMode::kBridge, {long64.c_str(), "g0", "vx.1_a"}), &err))
+      << err;
+}
+
 TEST(ConfigValidate, XconnectEvenAndBridgeAnyCountAccepted) {
   std::string err;
   EXPECT_TRUE(validate(with_ports(dp::ForwardMode::kXconnect, {"a", "b"}), &err)) << err;
