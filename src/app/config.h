@@ -93,18 +93,20 @@ std::optional<dp::PmdMode> parse_pmd_mode(const std::string& s);
 /// invalid key.
 bool load_toml(const std::string& file, SwitchConfig* cfg, std::string* err);
 
+/// The most bytes of a port name (shown in every listing; it names the port in the state
+/// file).
+inline constexpr size_t kMaxPortNameLen = 64;
+/// A port name of 1 to kMaxPortNameLen printable ASCII characters without spaces, '=' or
+/// ':', not starting with '-' and not "all" (at start-up, in add-port and in reload alike);
+/// false with `*err` naming the rule.
+bool port_name_ok(const std::string& n, std::string* err);
+
 /// Cross-checks a complete configuration (unique names and paths, port count, an even port
 /// count for xconnect, links, PMD cores, flush), and what it names on this host: socket
 /// owners and groups that exist, and the directories of the vhost-user server sockets and
 /// of an explicit control socket. A switch may start without ports (they come with
 /// `ctl add-port`). `at_start` false: the ports of a running switch, where xconnect pairs
 /// slots (2k, 2k+1) and a port may wait for its peer.
-/// The most bytes of a port name.
-inline constexpr size_t kMaxPortNameLen = 64;
-/// A port name of 1 to kMaxPortNameLen printable ASCII characters without spaces, '=' or
-/// ':', not starting with '-' and not "all" (at start-up, in add-port and in reload alike);
-/// false with `*err` naming the rule.
-bool port_name_ok(const std::string& n, std::string* err);
 bool validate(const SwitchConfig& cfg, std::string* err, bool at_start = true);
 
 }  // namespace vl::app

@@ -28,7 +28,6 @@ constexpr std::string_view kExtId = "external-id:";
 constexpr size_t kMaxExternalIds = 64;
 constexpr size_t kMaxIdKeyLen = 256;
 constexpr size_t kMaxIdValueLen = 4096;
-/// Bytes of a port name (it is shown in every listing and names the port in the state file).
 
 bool split_kv(const std::string& s, std::string* k, std::string* v) {
   const size_t eq = s.find('=');
