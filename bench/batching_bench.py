@@ -112,8 +112,7 @@ def run(opts, measure_point, log):
                     topo = topologies.Topology(tb, seed_topo if uplink else topo_key, sw,
                                                queue_size=opts.queue_size, uplink=uplink,
                                                links=links, gen_wire=opts.gen_wire,
-                                               vnf_batch=getattr(opts, "vnf_sched",
-                                                                 "batch") == "batch")
+                                               vnf_batch=opts.vnf_sched == "batch")
                     topo.start()
                     topo.start_gen(unidirectional=True)
                     n_vnfs = topo.n_vnfs
@@ -233,7 +232,7 @@ def pvp_projection(topo, opts, flows, fields, log, tag):
     return {"projected_ndr_mpps": proj, "projection_bottleneck": bottleneck, "tsc_hz": tsc,
             "switch_hops": 2, "vnf_busy_cycles_per_packet": busy or None,
             "vnf_sleeps_passes_per_1000": wake or None, "ndr_fair": False,
-            "vnf_sched": getattr(opts, "vnf_sched", "batch"),
+            "vnf_sched": opts.vnf_sched,
             "ndr_note": PVP_NOT_FAIR}
 
 
