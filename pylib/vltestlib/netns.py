@@ -30,6 +30,9 @@ from vltestlib import vltest
 from vltestlib.vltest import log
 
 _NAME = re.compile(r"^vl(\d+)[a-z]")
+# iperf3 -J errors of a client whose test never started (see NsHost.iperf_client).
+_IPERF_NOT_STARTED = re.compile(r'"error":\s*"(unable to connect|the server is busy|'
+                                r'unable to receive control message: Connection reset)')
 
 
 def sh(argv, check=True, timeout=30, input=None):
@@ -234,8 +237,10 @@ class NsHost:
         for _ in range(20):
             r = self.ns.run(*argv, check=False, timeout=seconds + 60)
             # A server (`iperf3 -s`) between two tests listens again a moment after the
-            # last one ended: refused or busy until then.
-            if not re.search(r'"error":\s*"(unable to connect|the server is busy)', r.stdout):
+            # last one ended: refused or busy until then, or, for a client that connected
+            # to the old listener just before the server closed it, reset before the
+            # first control message. No test has started in any of these cases.
+            if not _IPERF_NOT_STARTED.search(r.stdout):
                 break
             time.sleep(0.25)
         try:
