@@ -22,6 +22,7 @@ calls (src/dp/forwarder.cpp):
 
     python3 bench/instructions.py --virtlink build/virtlink [--ring split|packed]
         [--forward xconnect|bridge] [--size 64] [--duration 6] [--json FILE] [--out TXT]
+        [--switch-arg WORD ...]
 
 Prints one table; --json/--out keep it (bench/results/). Core plan: the switch (under
 valgrind) on CPU 1, the generator on CPU 0; their speeds do not enter the figure.
@@ -153,7 +154,7 @@ def measure(a, rate="0"):
         ["taskset", "-c", "1", "valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
          a.virtlink, "--log-level", "warn", "switch", "--port", "a=vhost-user:" + sock_a,
          "--port", "b=vhost-user:" + sock_b, "--forward", a.forward, "--pmd-cores", "1",
-         "--control", ctl_path], stdout=sw_log, stderr=subprocess.STDOUT)
+         "--control", ctl_path] + a.switch_arg, stdout=sw_log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
         while not os.path.exists(ctl_path):
@@ -197,6 +198,10 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--out", help="also write the table to this file")
     ap.add_argument("--keep", action="store_true", help="keep the callgrind output")
+    ap.add_argument("--switch-arg", action="append", default=[],
+                    help="one more word of the switch's command line (repeatable), e.g. "
+                    "--switch-arg=--port-set --switch-arg=a:port_security=02:00:01:00:00:00 "
+                    "(the generator's first port's MAC)")
     ap.add_argument("--label", default="",
                     help="what the binary is (default: the tree this script is in, at its commit)")
     a = ap.parse_args()

@@ -81,7 +81,7 @@ std::optional<port::PortConfig> parse_port_spec(const std::string& spec, std::st
 const char* const kPortSettingKeys =
     "vlan, trunks, native_vlan, mtu, offloads, mrg_rxbuf, max_queues, queues, queue_size, "
     "mac_limit, tx_retry_us, completion_coalesce_us, max_guest_memory_gib, socket_mode, "
-    "socket_owner, socket_group";
+    "socket_owner, socket_group, port_security";
 
 namespace {
 /// A VLAN number as written: 1 to 4 decimal digits (sscanf's %u took "4294967306" as 10).
@@ -91,6 +91,41 @@ bool vid_digits(const std::string& s, unsigned* out) {
   return true;
 }
 }  // namespace
+
+bool parse_port_security(const std::string& s, std::vector<uint64_t>* out, std::string* err) {
+  std::vector<uint64_t> v;
+  for (size_t i = 0, j = 0; !s.empty() && j < s.size(); i = j + 1) {  // "" is none; "a," is an error
+    j = std::min(s.find(',', i), s.size());
+    const std::string one = s.substr(i, j - i);
+    unsigned b[6];
+    char tail = 0;
+    uint8_t mac[6];
+    const bool ok = one.size() == 17 && std::sscanf(one.c_str(), "%2x:%2x:%2x:%2x:%2x:%2x%c", &b[0], &b[1],
+                                                    &b[2], &b[3], &b[4], &b[5], &tail) == 6;
+    for (int k = 0; k < 6; ++k) mac[k] = static_cast<uint8_t>(ok ? b[k] : 0);
+    const uint64_t m = dp::mac_from_bytes(mac);
+    if (!ok || (mac[0] & 1) || m == 0) {
+      *err = fmt::format("port_security: '{}' is not a unicast MAC address (xx:xx:xx:xx:xx:xx)",
+                         utf8_prefix(one, 64));
+      return false;
+    }
+    if (std::find(v.begin(), v.end(), m) == v.end()) v.push_back(m);
+  }
+  if (v.size() > dp::kMaxAllowedMacs) {
+    *err = fmt::format("port_security: at most {} MAC addresses", dp::kMaxAllowedMacs);
+    return false;
+  }
+  *out = std::move(v);
+  return true;
+}
+
+std::string port_security_text(const std::vector<uint64_t>& macs) {
+  std::string t;
+  for (uint64_t m : macs)
+    t += fmt::format("{}{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", t.empty() ? "" : ",", (m >> 40) & 0xff,
+                     (m >> 32) & 0xff, (m >> 24) & 0xff, (m >> 16) & 0xff, (m >> 8) & 0xff, m & 0xff);
+  return t;
+}
 
 bool parse_vlan_list(const std::string& s, std::vector<uint16_t>* out, std::string* err) {
   std::set<uint16_t> v;
@@ -117,8 +152,10 @@ bool parse_vlan_list(const std::string& s, std::vector<uint16_t>* out, std::stri
   return true;
 }
 
-bool set_port_setting(port::PortConfig* c, const std::string& key, const std::string& value,
-                      std::string* err) {
+namespace {
+/// set_port_setting's 802.1Q and port-security keys; nullopt for any other key.
+std::optional<bool> set_l2_setting(port::PortConfig* c, const std::string& key, const std::string& value,
+                                   std::string* err) {
   auto vid = [&](uint16_t* out) {
     unsigned v = 0;
     if (!vid_digits(value, &v) || v > dp::kMaxVid) {
@@ -130,6 +167,11 @@ bool set_port_setting(port::PortConfig* c, const std::string& key, const std::st
   };
   if (key == "vlan") return vid(&c->vlan);
   if (key == "native_vlan") return vid(&c->native_vlan);
+  if (key == "port_security") {
+    if (parse_port_security(value, &c->port_security, err)) return true;
+    *err = fmt::format("port {}: {}", c->name, *err);
+    return false;
+  }
   if (key == "trunks") {
     if (!parse_vlan_list(value, &c->trunks, err)) {
       *err = fmt::format("port {}: {}", c->name, *err);
@@ -137,6 +179,13 @@ bool set_port_setting(port::PortConfig* c, const std::string& key, const std::st
     }
     return true;
   }
+  return std::nullopt;
+}
+}  // namespace
+
+bool set_port_setting(port::PortConfig* c, const std::string& key, const std::string& value,
+                      std::string* err) {
+  if (const std::optional<bool> l2 = set_l2_setting(c, key, value, err)) return *l2;
   // A decimal number in lo..hi.
   auto num = [&](uint64_t lo, uint64_t hi, auto* out) {
     const bool digits = !value.empty() && value.size() <= 12 &&
@@ -242,6 +291,27 @@ bool get_str(const toml::node& n, const char* key, std::string* out, std::string
   return true;
 }
 
+/// A [[port]] key of load_port()'s beyond its own: port_security ("MAC,MAC" or an array
+/// of MAC strings); false with `*err` for any other key.
+bool load_port_list_key(const std::string& key, const toml::node& v, port::PortConfig* c,
+                        std::string* err) {
+  if (key != "port_security") {
+    *err = fmt::format("unknown port key '{}'", key);
+    return false;
+  }
+  std::string list;
+  if (const toml::array* a = v.as_array()) {
+    for (auto&& e : *a) {
+      const auto m = e.value<std::string>();
+      if (!m) { *err = "'port_security' must be MAC addresses: \"MAC,MAC\" or [\"MAC\", ...]"; return false; }
+      list += (list.empty() ? "" : ",") + *m;
+    }
+  } else if (!get_str(v, "port_security", &list, err)) {
+    return false;
+  }
+  return parse_port_security(list, &c->port_security, err);
+}
+
 /// One [[port]] table. On an error `*where` is the node it is about: the key's value, or
 /// the table (a missing or bad name, path or type).
 bool load_port(const toml::table& t, port::PortConfig* c, std::string* flush, std::string* err,
@@ -311,8 +381,7 @@ bool load_port(const toml::table& t, port::PortConfig* c, std::string* flush, st
                              &c->completion_coalesce_us, err))
         return false;
       c->explicit_keys |= port::kKeyCompletionCoalesce;
-    } else {
-      *err = fmt::format("unknown port key '{}'", key);
+    } else if (!load_port_list_key(key, v, c, err)) {
       return false;
     }
   }
@@ -542,6 +611,13 @@ constexpr RootKey kRootKeys[] = {
     {"metrics",
      [](const toml::node& v, SwitchConfig* c, std::string* e) {
        return get_str(v, "metrics", &c->metrics, e);
+     }},
+    {"vlans",
+     [](const toml::node& v, SwitchConfig* c, std::string* e) {
+       const auto b = v.value<bool>();
+       if (!b) *e = "'vlans' must be true or false";
+       else c->vlans = *b;
+       return b.has_value();
      }},
     {"mac_aging_s",
      [](const toml::node& v, SwitchConfig* c, std::string* e) {

@@ -43,6 +43,10 @@ struct SwitchConfig {
   /// rings. TOML: [[link]] tables with keys a and b; command line: --link A:B.
   std::vector<std::pair<std::string, std::string>> links;
   uint32_t mac_limit = dp::Fdb::kDefaultMaxPerPort;  ///< MAC table entries one port may hold
+  /// --vlans / TOML vlans: 802.1Q on from the start, so that ports added at run time may
+  /// have VLAN settings (without it VLANs are on when some start-up port has vlan or
+  /// trunks; else every frame skips the VLAN steps).
+  bool vlans = false;
   // Switch-wide defaults for every port that does not set its own (port/vhost_port.h).
   std::optional<uint32_t> socket_mode;
   std::optional<std::string> socket_owner;
@@ -75,21 +79,27 @@ std::optional<port::PortConfig> parse_port_spec(const std::string& spec, std::st
 /// "10,20-30", or "" for none), `native_vlan` (1..4094, or 0), and the [[port]] keys of the
 /// same names (kPortSettingKeys: mtu in bytes, 0 for the default; offloads and mrg_rxbuf
 /// on|off; µs for the *_us keys; socket_mode octal). False with `*err` for an unknown key
-/// or a bad value.
+/// or a bad value. `port_security`: the source MACs the port may send from
+/// (parse_port_security; "" for any).
 extern const char* const kPortSettingKeys;
 bool set_port_setting(port::PortConfig* c, const std::string& key, const std::string& value,
                       std::string* err);
 /// Parses a VLAN list "10,20-30" (each 1..4094, ranges ascending) into `out`, sorted,
 /// without duplicates.
 bool parse_vlan_list(const std::string& s, std::vector<uint16_t>* out, std::string* err);
+/// Parses port security's MAC list "02:00:00:00:00:01,02:00:00:00:00:02" (each unicast,
+/// at most dp::kMaxAllowedMacs, duplicates dropped; "" for none) into `out`
+/// (PortConfig::port_security); port_security_text() writes it back.
+bool parse_port_security(const std::string& s, std::vector<uint64_t>* out, std::string* err);
+std::string port_security_text(const std::vector<uint64_t>& macs);
 std::optional<dp::ForwardMode> parse_forward(const std::string& s);
 std::optional<dp::PmdMode> parse_pmd_mode(const std::string& s);
 
 /// Reads a TOML file into `cfg` (keys: forward, pmd_cores, pmd_mode, pmd_idle_us, pmd_rxq_assign,
-/// pmd_rx_writers, flush, control, control_mode, control_owner, control_group, log_file, mac_aging_s, mac_table_buckets, mac_limit, burst, socket_mode, socket_owner,
+/// pmd_rx_writers, flush, control, control_mode, control_owner, control_group, log_file, mac_aging_s, mac_table_buckets, mac_limit, vlans, burst, socket_mode, socket_owner,
 /// socket_group, max_guest_memory_gib, max_total_guest_memory_gib, tx_retry_us, completion_coalesce_us, [[port]] tables with name, type, path,
 /// mtu, socket_mode, socket_owner, socket_group, max_guest_memory_gib, mrg_rxbuf, flush,
-/// max_queues, offloads, tx_retry_us, completion_coalesce_us, and [[link]] tables with a, b). Returns false with `*err` on any unknown or
+/// max_queues, offloads, tx_retry_us, completion_coalesce_us, port_security, and [[link]] tables with a, b). Returns false with `*err` on any unknown or
 /// invalid key.
 bool load_toml(const std::string& file, SwitchConfig* cfg, std::string* err);
 

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "app/config.h"
 #include "port/vxlan_wire.h"
 #include "util/clock.h"
 #include "util/thread_sched.h"
@@ -196,6 +197,13 @@ control::Json vlan_json(const port::PortConfig& c) {
   if (c.vlan) return {{"mode", "access"}, {"vlan", c.vlan}};
   if (!c.trunks.empty()) return {{"mode", "trunk"}, {"trunks", c.trunks}, {"native_vlan", c.native_vlan}};
   return {{"mode", "all"}};
+}
+
+/// Port security's allowed source MACs ("xx:xx:..." each; empty: any source).
+control::Json port_security_json(const port::PortConfig& c) {
+  control::Json a = control::Json::array();
+  for (uint64_t m : c.port_security) a.push_back(port_security_text({m}));
+  return a;
 }
 
 /// A tunnel port's endpoint: its address, VNI, underlay and remotes with their next hops.
@@ -417,6 +425,7 @@ control::Json ports_json(const SwitchView& sw) {
                      {"queue_size", p.queue_size()},
                      {"direct_link", sw.links.role(i)}});
       out.back()["vlan"] = vlan_json(p.config());
+      out.back()["port_security"] = port_security_json(p.config());
       out.back()["external_ids"] = sw.external_ids[i];
       if (p.vxlan()) out.back()["tunnel"] = tunnel_json(p);
       if (p.is_underlay()) out.back()["underlay_of"] = p.tunnel_names();
@@ -460,6 +469,7 @@ control::Json ports_json(const SwitchView& sw) {
                    {"direct_link", sw.links.role(i)},
                    {"vrings", vrings}});
     out.back()["vlan"] = vlan_json(p.config());
+    out.back()["port_security"] = port_security_json(p.config());
     out.back()["external_ids"] = sw.external_ids[i];
     if (p.config().mode == port::SocketMode::kClient)
       out.back()["last_connect_error"] = connect_error_json(p);

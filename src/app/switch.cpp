@@ -136,9 +136,20 @@ void Switch::add_ports() {
     dp::PortVlan& v = tables_.vlan[i];
     v = dp::PortVlan::from(pc.vlan, pc.trunks, pc.native_vlan);
     if (v.mode != dp::PortVlan::Mode::kAll) tables_.vlans = true;
+    set_source_guard(i, pc);
   }
+  if (cfg_.vlans) tables_.vlans = true;
   fdb_.set_vlans(tables_.vlans);
   // rxqs are assigned to PMD threads as their queues become ready (PmdSet::reassign).
+}
+
+void Switch::set_source_guard(uint32_t i, const port::PortConfig& pc) {
+  dp::SourceGuard& g = tables_.guard[i];
+  g.n = static_cast<uint32_t>(std::min<size_t>(pc.port_security.size(), dp::kMaxAllowedMacs));
+  std::copy_n(pc.port_security.begin(), g.n, g.macs);
+  const uint64_t bit = uint64_t{1} << i;
+  if (g.n) tables_.guarded.fetch_or(bit, std::memory_order_relaxed);
+  else tables_.guarded.fetch_and(~bit, std::memory_order_relaxed);
 }
 
 void Switch::set_flush_policies() {

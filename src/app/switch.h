@@ -151,6 +151,9 @@ class Switch {
   /// Creates and starts the port of `pc` in vacant slot `i`. False with `*err` (slot left
   /// vacant).
   bool open_port(uint32_t i, const port::PortConfig& pc, std::string* err);
+  /// Port security of slot `i` from `pc` into the datapath's tables (SwitchTables::guard),
+  /// while the slot is out of the datapath (at start; open_port).
+  void set_source_guard(uint32_t i, const port::PortConfig& pc);
   /// Loads --db and merges it into cfg_ before the ports exist (the rule of README "Ports
   /// at run time"). False with `*err` when the file is refused.
   bool restore_state(std::string* err);

@@ -50,11 +50,11 @@ bool live_key(const std::string& k) { return k == "mac_limit" || access_key(k); 
 std::string settings_key(const port::PortConfig& c) {
   std::string t;
   for (uint16_t v : c.trunks) t += fmt::format("{},", v);
-  return fmt::format("{}|{}|{}|{}|{}|{:o}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", static_cast<int>(c.type),
+  return fmt::format("{}|{}|{}|{}|{}|{:o}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", static_cast<int>(c.type),
                      static_cast<int>(c.mode), c.path, c.name, c.mtu, c.socket_mode, c.socket_owner,
                      c.socket_group, c.mrg_rxbuf, c.offloads, c.max_queues, c.tx_retry_us,
                      c.completion_coalesce_us, c.max_guest_memory, c.vlan, t, c.native_vlan,
-                     c.queue_size, c.queues);
+                     c.queue_size, c.queues, port_security_text(c.port_security));
 }
 
 bool name_ok(const std::string& n, std::string* err) { return port_name_ok(n, err); }
@@ -190,6 +190,7 @@ bool Switch::open_port(uint32_t i, const port::PortConfig& pc, std::string* err)
   if (cfg_.forward == dp::ForwardMode::kXconnect) p->set_rx_writer_rotation(i ^ 1);
   // The slot is vacant: no PMD thread reads its VLAN settings or delivers to it.
   tables_.vlan[i] = dp::PortVlan::from(pc.vlan, pc.trunks, pc.native_vlan);
+  set_source_guard(i, pc);
   fdb_.set_port_limit(i, pc.mac_limit);
   fdb_.flush_port(i);
   // The counters the slot's last port left in the PMD threads show as 0 from here on.
@@ -306,8 +307,8 @@ bool Switch::add_port(const std::string& name, const std::string& type, const st
   cand.ports.push_back(e.cfg);
   if (!validate(cand, err, /*at_start=*/false)) return false;
   if ((e.cfg.vlan || !e.cfg.trunks.empty()) && !tables_.vlans) {
-    *err = fmt::format("port {}: VLAN settings need a switch started with VLANs (some port of its "
-                       "configuration with vlan or trunks)", name);
+    *err = fmt::format("port {}: VLAN settings need a switch started with VLANs (--vlans, TOML "
+                       "vlans = true, or some port of its configuration with vlan or trunks)", name);
     return false;
   }
   uint32_t slot = 0;
@@ -424,7 +425,7 @@ bool Switch::set_port(const std::string& name, const std::vector<std::string>& k
     if (c.name == name) c = e.cfg;
   if (!validate(cand, err, /*at_start=*/false)) return false;
   if ((e.cfg.vlan || !e.cfg.trunks.empty()) && !tables_.vlans) {
-    *err = fmt::format("port {}: VLAN settings need a switch started with VLANs", name);
+    *err = fmt::format("port {}: VLAN settings need a switch started with VLANs (--vlans)", name);
     return false;
   }
   const bool restart = std::any_of(e.keys.begin(), e.keys.end(), [](const std::string& k) { return !live_key(k); }) &&
@@ -611,6 +612,7 @@ bool Switch::apply_reload(control::Json* out, std::string* err) {
   need(nc.fdb_buckets != cfg_.fdb_buckets || nc.mac_limit != cfg_.mac_limit, "MAC table size or limit");
   need(nc.max_total_guest_memory != cfg_.max_total_guest_memory, "max_total_guest_memory");
   need(nc.metrics != cfg_.metrics, "metrics");
+  need(nc.vlans && !tables_.vlans, "vlans");
   reload_ports(nc, out);
   // What changes at run time: MAC aging, the flush policy of every port without its own.
   cfg_.mac_aging_s = nc.mac_aging_s;

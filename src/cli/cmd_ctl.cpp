@@ -120,7 +120,12 @@ void print_reload(const Json& r) {
 }
 
 /// "  external ids: k=v, ..." (OVS external_ids), when the port has some.
-void print_external_ids(const Json& p) {
+void print_security_and_ids(const Json& p) {
+  if (const Json& ps = p.value("port_security", Json::array()); ps.is_array() && !ps.empty()) {
+    std::string t;
+    for (const auto& m : ps) t += (t.empty() ? "" : ", ") + (m.is_string() ? m.get<std::string>() : m.dump());
+    fmt::print("  port security: source MACs {}\n", t);
+  }
   const Json& ids = p.value("external_ids", Json::object());
   if (!ids.is_object() || ids.empty()) return;
   std::string t;
@@ -133,7 +138,7 @@ void print_ports(const Json& r) {
   for (const auto& p : r) {
     if (!p.contains("vrings")) {
       print_uplink(p);
-      print_external_ids(p);
+      print_security_and_ids(p);
       continue;
     }
     // mtu: the configured one (0: none) and the guest's (VIRTIO_NET_F_MTU, NET_SET_MTU).
@@ -145,7 +150,7 @@ void print_ports(const Json& r) {
                p["pmd"].get<int>() < 0 ? std::string("none") : std::to_string(p["pmd"].get<int>()),
                p["connects"].get<uint64_t>(), mtu(p.value("mtu_config", 0u)),
                mtu(p["mtu"].get<uint32_t>()), p["features"].get<std::string>(), vlan_text(p));
-    print_external_ids(p);
+    print_security_and_ids(p);
     if (const Json& e = p.value("last_connect_error", Json()); e.is_object())
       fmt::print("  last connect error: {} (errno {}) at {}, {} s ago; {} failed attempt(s) "
                  "since the last connect\n",

@@ -87,6 +87,9 @@ void add_switch_command(CLI::App& app, SwitchArgs& a) {
   s->add_option("--mac-table-buckets", a.mac_table_buckets,
                 "MAC table buckets of 8 entries, rounded up to a power of two (65536)");
   s->add_option("--mac-limit", a.mac_limit, "MAC table entries one port may hold (8192)");
+  s->add_flag("--vlans", a.vlans,
+              "802.1Q on from the start, for ports added at run time with vlan or trunks "
+              "(else on when some start-up port has them)");
   s->add_option("--socket-mode", a.socket_mode,
                 "permission bits of the vhost-user socket files, octal (0600)");
   s->add_option("--socket-owner", a.socket_owner, "owner (name or uid) of the socket files");
@@ -237,6 +240,7 @@ bool apply_switch_options(const SwitchArgs& a, app::SwitchConfig* cfg) {
   }
   if (a.mac_table_buckets) cfg->fdb_buckets = a.mac_table_buckets;
   if (a.mac_limit) cfg->mac_limit = a.mac_limit;
+  if (a.vlans) cfg->vlans = true;
   return true;
 }
 

@@ -31,6 +31,7 @@ struct SwitchArgs {
   std::vector<std::string> links;  ///< A:B
   uint32_t mac_table_buckets = 0;
   uint32_t mac_limit = 0;
+  bool vlans = false;  ///< --vlans
   std::string socket_mode;
   std::string socket_owner;
   std::string socket_group;

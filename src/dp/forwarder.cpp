@@ -330,14 +330,38 @@ Drop Forwarder::split_into_slot(Slot& sl, const Chain& ch, uint32_t hdr_len) {
 // reach a full burst, are delivered here.
 [[gnu::noinline]] void Forwarder::classify(uint32_t in) {
   // Capture and mirroring (dp/observe.h): while none is on, this one test per burst.
-  const uint64_t orx = tables_->obs.rx.load(std::memory_order_acquire);
+  // Port security takes the same one test per burst (its bit beside the taps').
+  const uint64_t orx = tables_->obs.rx.load(std::memory_order_acquire) |
+                       tables_->guarded.load(std::memory_order_relaxed);
   const uint64_t mtx = tables_->obs.mirror_tx.load(std::memory_order_relaxed);
   if (((orx >> in) & 1) | (mtx != 0)) [[unlikely]] {
     classify_observed(in, mtx);
     return;
   }
-  if (tables_->vlans) [[unlikely]] classify_as<true>(in);
-  else classify_as<false>(in);
+  if (tables_->vlans) [[unlikely]] classify_as<true, false>(in);
+  else classify_as<false, false>(in);
+}
+
+void Forwarder::classify_any(uint32_t in) {
+  const bool g = (tables_->guarded.load(std::memory_order_relaxed) >> in) & 1;
+  if (tables_->vlans) g ? classify_as<true, true>(in) : classify_as<true, false>(in);
+  else g ? classify_as<false, true>(in) : classify_as<false, false>(in);
+}
+
+uint32_t Forwarder::guard_sources(uint32_t in, const uint16_t* from, uint32_t n) {
+  const SourceGuard& g = tables_->guard[in];
+  uint32_t m = 0, refused = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint16_t s = from[i];
+    const Slot& sl = pool_[s];
+    uint8_t eth[12];  // frames are at least an Ethernet header long (take_burst)
+    if (sl.segs[0].len >= 12) [[likely]] std::memcpy(eth, sl.segs[0].ptr, 12);
+    else gather_copy(eth, sl.segs, sl.nsegs, 0, 12);
+    if (source_allowed(g, mac_from_bytes(eth + 6))) vlan_burst_[m++] = s;
+    else ++refused;
+  }
+  if (refused) counters_[in].drop(Drop::kSourceNotAllowed, refused);
+  return m;
 }
 
 [[gnu::noinline]] void Forwarder::classify_observed(uint32_t in, uint64_t mtx) {
@@ -350,8 +374,7 @@ Drop Forwarder::split_into_slot(Slot& sl, const Chain& ch, uint32_t hdr_len) {
   if (((obs.mirror_rx.load(std::memory_order_relaxed) >> in) & 1) && !tables_->vlans)
     mirror_to(in, obs.mirror_rx_to[in].load(std::memory_order_relaxed), burst_, nburst_);
   mirror_tx_ = tables_->vlans ? 0 : mtx;
-  if (tables_->vlans) classify_as<true>(in);
-  else classify_as<false>(in);
+  classify_any(in);
   mirror_tx_ = 0;
 }
 
@@ -382,15 +405,17 @@ void Forwarder::tap(uint32_t port, TapDir dir, Get&& frame, uint32_t n, uint64_t
   if (missed) PortCounters::add(obs.missed[thread_][port][dir], missed);
 }
 
-template <bool kVlans>
+template <bool kVlans, bool kGuard>
 void Forwarder::classify_as(uint32_t in) {
   const uint32_t k = nburst_;
   PortCounters& c = counters_[in];
   uint32_t k2 = k;
-  // With VLANs the frames to forward are a list apart (vlan_burst_): burst_ keeps every
-  // frame taken, those dropped here included, for end_burst to give back (each once).
-  uint16_t* const list = kVlans ? vlan_burst_ : burst_;
+  // With VLANs or port security the frames to forward are a list apart (vlan_burst_):
+  // burst_ keeps every frame taken, those dropped here included, for end_burst to give
+  // back (each once).
+  uint16_t* const list = kVlans || kGuard ? vlan_burst_ : burst_;
   if constexpr (kVlans) k2 = vlan_ingress(in, k);
+  if constexpr (kGuard) k2 = guard_sources(in, kVlans ? vlan_burst_ : burst_, k2);
   if (tables_->mode == ForwardMode::kXconnect) {
     const uint32_t o = tables_->xc_peer[in];
     if (o == SwitchTables::kNoPeer) [[unlikely]] {

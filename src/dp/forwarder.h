@@ -57,6 +57,22 @@ enum class ForwardMode : uint8_t { kBridge, kXconnect };
 /// Largest burst a PMD thread takes from one queue (packets).
 inline constexpr uint32_t kMaxBurst = 64;
 
+/// Most source MACs port security allows one port (PortConfig::port_security).
+inline constexpr uint32_t kMaxAllowedMacs = 8;
+
+/// Port security of one port: the source MACs its frames may carry (OVS's port_security,
+/// the MAC part). Written by the control thread only while its slot is out of the datapath
+/// (at start, and when the slot's port is opened: app/switch_ports.cpp).
+struct SourceGuard {
+  uint32_t n = 0;
+  Mac macs[kMaxAllowedMacs] = {};
+  bool allows(Mac m) const {
+    for (uint32_t i = 0; i < n; ++i)
+      if (macs[i] == m) return true;
+    return false;
+  }
+};
+
 /// State shared by every PMD thread; set up before the threads start.
 struct SwitchTables {
   ForwardMode mode = ForwardMode::kBridge;
@@ -89,6 +105,11 @@ struct SwitchTables {
   /// (their frames never enter the switch, so no MAC is learned on them). Set before the
   /// threads start, and by the control thread when a tunnel is added or deleted at run time.
   std::atomic<uint64_t> underlays{0};
+  /// Ports with port security (bit per port; SourceGuard of each in guard[]): their frames
+  /// take the guarded path of classify (Forwarder::guard_sources). Set with the slot out of
+  /// the datapath, like vlan[].
+  std::atomic<uint64_t> guarded{0};
+  SourceGuard guard[port::kMaxPorts];
   /// Capture taps and mirrors (dp/observe.h), changed at run time.
   Observe obs;
   static constexpr uint32_t kNoPeer = 0xffffffff;
@@ -283,9 +304,16 @@ class Forwarder {
   /// Enqueues slots `s[0..n)` (from port `src`) to mirror port `dst` too, unless it is
   /// their sender or not active. A mirrored frame is not mirrored again.
   void mirror_to(uint32_t src, uint32_t dst, const uint16_t* s, uint32_t n);
-  /// classify() with SwitchTables::vlans: (VLAN, MAC) keys, flooding within the VLAN.
-  template <bool kVlans>
+  /// classify() with SwitchTables::vlans (kVlans: (VLAN, MAC) keys, flooding within the
+  /// VLAN) and port security on `in` (kGuard: guard_sources first).
+  template <bool kVlans, bool kGuard>
   void classify_as(uint32_t in);
+  /// classify_as for port `in`'s settings (the VLAN and port-security tests, once a burst).
+  void classify_any(uint32_t in);
+  /// Port security: keeps the frames `from[0..n)` whose source MAC port `in` allows, in
+  /// vlan_burst_[0..returned) (`from` may be vlan_burst_ itself); drops the others
+  /// (source_not_allowed, on `in`). burst_ is left whole, as by vlan_ingress.
+  uint32_t guard_sources(uint32_t in, const uint16_t* from, uint32_t n);
   /// Each frame's VLAN (its tag at offset 12 and port `in`'s mode); drops those `in` does
   /// not take. Returns the frames left, vlan_burst_[0..returned) (burst_ is left whole: its
   /// frames, the dropped ones included, go back to their sender at the end of the burst).

@@ -26,6 +26,12 @@ inline int ingress_vlan(const PortVlan& pv, bool tagged, uint16_t vid, uint32_t 
   return tagged && len < virtio::kEthHdrLen + kVlanTagLen ? -1 : pv.ingress(tagged, vid);
 }
 
+/// Port security (SwitchTables::guarded): a frame from a port that has it is forwarded
+/// only when its source MAC is one the port allows; else it is dropped (source_not_allowed,
+/// on the ingress port), after the VLAN step and before learning, so it teaches the MAC
+/// table nothing.
+inline bool source_allowed(const SourceGuard& g, Mac src) { return g.allows(src); }
+
 /// Bridge: a unicast frame goes to port `o` alone, the one its destination MAC was learned
 /// on (Fdb::lookup; kNoPort when unknown), when `o` is a port of the table (< nports) and
 /// not the frame's ingress port `in` (and, with VLANs, carries the frame's VLAN).

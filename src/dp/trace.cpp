@@ -242,6 +242,7 @@ const char* trace_why_name(TraceWhy w) {
     case TraceWhy::kShort: return "short_frame";
     case TraceWhy::kVlanIngress: return "vlan_not_taken";
     case TraceWhy::kShortTag: return "short_vlan_tag";
+    case TraceWhy::kSourceGuard: return "source_not_allowed";
     case TraceWhy::kNoPeer: return "no_xconnect_peer";
     case TraceWhy::kPeerVlan: return "xconnect_peer_vlan";
     case TraceWhy::kBackToIngress: return "back_to_ingress";
@@ -283,6 +284,12 @@ TraceResult trace_frame(const SwitchTables& t, uint32_t in, const uint8_t* p, ui
       r.drop = Drop::kVlanNotAllowed;
       return r;
     }
+  }
+  if (((t.guarded.load(std::memory_order_relaxed) >> in) & 1) &&  // Forwarder::guard_sources
+      !source_allowed(t.guard[in], mac_from_bytes(p + 6))) {
+    r.why = TraceWhy::kSourceGuard;
+    r.drop = Drop::kSourceNotAllowed;
+    return r;
   }
   if (t.mode == ForwardMode::kXconnect) trace_xconnect(t, r, p, thread);
   else trace_bridge(t, r, p, thread);

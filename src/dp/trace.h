@@ -69,6 +69,7 @@ enum class TraceWhy : uint8_t {
   kShort,          ///< below an Ethernet header: bad_header
   kVlanIngress,    ///< a VLAN the port does not take: vlan_not_allowed
   kShortTag,       ///< the 802.1Q TPID without room for the tag: vlan_not_allowed
+  kSourceGuard,    ///< a source MAC the port's port security does not allow: source_not_allowed
   kNoPeer,         ///< cross-connect without a peer: no_destination
   kPeerVlan,       ///< the peer does not carry the VLAN: vlan_not_allowed
   kBackToIngress,  ///< destination learned on the ingress port: no_destination

@@ -15,6 +15,7 @@ const char* drop_name(Drop d) {
     case Drop::kHandoffFull: return "handoff_full";
     case Drop::kShortRxBuffer: return "short_rx_buffer";
     case Drop::kVlanNotAllowed: return "vlan_not_allowed";
+    case Drop::kSourceNotAllowed: return "source_not_allowed";
     case Drop::kCount: break;
   }
   return "unknown";

@@ -33,6 +33,8 @@ enum class Drop : uint8_t {
   /// not in a trunk's list, an untagged frame on a trunk without a native VLAN), or one its
   /// cross-connected peer does not carry (dp/vlan.h)
   kVlanNotAllowed,
+  /// a frame whose source MAC its port's port security does not allow (dp/l2_rules.h)
+  kSourceNotAllowed,
   kCount,
 };
 inline constexpr uint32_t kNumDrops = static_cast<uint32_t>(Drop::kCount);

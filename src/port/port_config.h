@@ -87,6 +87,10 @@ struct PortConfig {
   std::vector<uint16_t> trunks;
   /// Trunk port: the VLAN of its untagged frames (0: untagged frames are dropped).
   uint16_t native_vlan = 0;
+  /// Port security: the source MACs the port's frames may carry (each as a 48-bit number,
+  /// its first byte in bits 40-47: dp::mac_from_bytes), at most dp::kMaxAllowedMacs; other
+  /// frames are dropped as source_not_allowed. Empty: any source.
+  std::vector<uint64_t> port_security;
   // ---- Uplinks (tap, af-packet, af-xdp, dpdk) ----
   /// Descriptors per virtqueue between the uplink's wire and the switch, and per device
   /// ring of a dpdk port (a power of two, 64..4096).

@@ -2,6 +2,7 @@
 // command line's settings or from a TOML file (INTERFACES.md "Command line").
 #include "app/config.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -180,7 +181,7 @@ TEST(ConfigToml, EveryTopLevelKey) {
       "mac_table_buckets = 1024\nmac_limit = 99\nsocket_mode = 0o640\n"
       "socket_owner = \"nobody\"\nsocket_group = \"nogroup\"\nmax_guest_memory_gib = 3\n"
       "tx_retry_us = 7\ncompletion_coalesce_us = 300\nburst = 16\n"
-      "control_mode = 0o660\ncontrol_owner = \"nobody\"\ncontrol_group = \"nogroup\"\n"
+      "control_mode = 0o660\ncontrol_owner = \"nobody\"\ncontrol_group = \"nogroup\"\nvlans = true\n"
       "[[port]]\nname = \"a\"\npath = \"/tmp/vl-ct-a.sock\"\nflush = \"immediate\"\n"
       "[[port]]\nname = \"b\"\ntype = \"vhost-user-client\"\npath = \"/tmp/vl-ct-b.sock\"\n"
       "[[link]]\na = \"a\"\nb = \"b\"\n");
@@ -209,6 +210,7 @@ TEST(ConfigToml, EveryTopLevelKey) {
   EXPECT_EQ(c.control_mode, 0660u);
   EXPECT_EQ(c.control_owner, "nobody");
   EXPECT_EQ(c.control_group, "nogroup");
+  EXPECT_TRUE(c.vlans);
   ASSERT_EQ(c.ports.size(), 2u);
   EXPECT_EQ(c.ports[0].mode, port::SocketMode::kServer);
   EXPECT_EQ(c.ports[1].mode, port::SocketMode::kClient);
@@ -352,6 +354,43 @@ TEST(ConfigVlan, NumbersThatWrapAreRefused) {
   ASSERT_TRUE(set_port_setting(&c, "vlan", "10", &err)) << err;
   EXPECT_EQ(c.vlan, 10);
   EXPECT_TRUE(set_port_setting(&c, "vlan", "0", &err));  // 0: none
+}
+
+TEST(ConfigPortSecurity, MacListsAsAddPortAndTomlGiveThem) {
+  std::vector<uint64_t> v;
+  std::string err;
+  ASSERT_TRUE(parse_port_security("02:00:00:00:00:0a,52:54:00:AB:cd:01,02:00:00:00:00:0a", &v, &err)) << err;
+  EXPECT_EQ(v, (std::vector<uint64_t>{0x02000000000aull, 0x525400abcd01ull}));  // duplicate dropped
+  EXPECT_EQ(port_security_text(v), "02:00:00:00:00:0a,52:54:00:ab:cd:01");
+  ASSERT_TRUE(parse_port_security("", &v, &err));
+  EXPECT_TRUE(v.empty());
+  for (const char* bad : {"01:00:5e:00:00:01", "00:00:00:00:00:00", "02:00:00:00:00", "02:00:00:00:00:0a:",
+                          "02:00:00:00:00:0ax", "02:00:00:00:00:0a,", "zz:00:00:00:00:01", " 02:00:00:00:00:0a"})
+    EXPECT_FALSE(parse_port_security(bad, &v, &err)) << bad;
+  std::string nine;
+  for (int i = 1; i <= 9; ++i) nine += fmt::format("{}02:00:00:00:00:{:02x}", i > 1 ? "," : "", i);
+  EXPECT_FALSE(parse_port_security(nine, &v, &err));
+  EXPECT_NE(err.find("at most 8"), std::string::npos) << err;
+  port::PortConfig c;
+  c.name = "p";
+  ASSERT_TRUE(set_port_setting(&c, "port_security", "02:00:00:00:00:01", &err)) << err;
+  EXPECT_EQ(c.port_security, std::vector<uint64_t>{0x020000000001ull});
+  EXPECT_FALSE(set_port_setting(&c, "port_security", "ff:ff:ff:ff:ff:ff", &err));
+  const std::string f = write_toml(
+      "[[port]]\nname = \"a\"\npath = \"/tmp/vl-ps-a.sock\"\nport_security = \"02:00:00:00:00:01\"\n"
+      "[[port]]\nname = \"b\"\npath = \"/tmp/vl-ps-b.sock\"\n"
+      "port_security = [\"02:00:00:00:00:02\", \"02:00:00:00:00:03\"]\n");
+  SwitchConfig sc;
+  ASSERT_TRUE(load_toml(f, &sc, &err)) << err;
+  std::remove(f.c_str());
+  ASSERT_EQ(sc.ports.size(), 2u);
+  EXPECT_EQ(sc.ports[0].port_security, std::vector<uint64_t>{0x020000000001ull});
+  EXPECT_EQ(sc.ports[1].port_security, (std::vector<uint64_t>{0x020000000002ull, 0x020000000003ull}));
+  const std::string g = write_toml("[[port]]\nname = \"a\"\npath = \"/tmp/vl-ps-a.sock\"\nport_security = [1]\n");
+  SwitchConfig sg;
+  EXPECT_FALSE(load_toml(g, &sg, &err));
+  EXPECT_NE(err.find("port_security"), std::string::npos) << err;
+  std::remove(g.c_str());
 }
 
 }  // namespace

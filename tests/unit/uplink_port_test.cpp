@@ -363,5 +363,82 @@ TEST(UplinkVlan, ATaggedFrameWhoseChecksumStartsInItsTagIsBadCsum) {
   EXPECT_EQ(r.wire[2]->sent.size(), 1u);
 }
 
+// ---- Port security (dp/l2_rules.h source_allowed) ----
+
+/// Port `p` of the rig forwards only frames from source MACs 52:54:00:00:00:xx, xx in `srcs`.
+void guard(UplinkRig& r, uint32_t p, std::vector<uint8_t> srcs) {
+  dp::SourceGuard& g = r.tables.guard[p];
+  g.n = 0;
+  for (uint8_t x : srcs) g.macs[g.n++] = dp::mac_from_bytes(mac_frame(0, x).data() + 6);
+  r.tables.guarded.fetch_or(uint64_t{1} << p);
+}
+uint64_t spoof_drops(const UplinkRig& r, uint32_t p) {
+  return r.counters(p).drops[static_cast<uint32_t>(port::Drop::kSourceNotAllowed)];
+}
+
+TEST(PortSecurity, OnlyTheAllowedSourcesPassAndTheOthersTeachTheTableNothing) {
+  UplinkRig r({false, false, false}, dp::ForwardMode::kBridge);
+  guard(r, 0, {1, 2});
+  r.wire[0]->receive(mac_frame(0xff, 1));
+  r.wire[0]->receive(mac_frame(0xff, 7));  // spoofed: 7 is not a's
+  r.wire[0]->receive(mac_frame(0xff, 2));
+  r.run();
+  EXPECT_EQ(frames_sent(r.wire[1]), (std::vector<Bytes>{mac_frame(0xff, 1), mac_frame(0xff, 2)}));
+  EXPECT_EQ(frames_sent(r.wire[2]), (std::vector<Bytes>{mac_frame(0xff, 1), mac_frame(0xff, 2)}));
+  EXPECT_EQ(spoof_drops(r, 0), 1u);
+  EXPECT_EQ(r.fdb.lookup(dp::mac_from_bytes(mac_frame(7, 0).data())), dp::Fdb::kNoPort);
+  EXPECT_EQ(r.fdb.lookup(dp::mac_from_bytes(mac_frame(1, 0).data())), 0u);
+  // b, without port security, sends from 9; a's frame claiming 9 is refused: 9 stays b's.
+  r.wire[1]->receive(mac_frame(0xff, 9));
+  r.wire[0]->receive(mac_frame(9, 9));
+  r.run();
+  EXPECT_EQ(spoof_drops(r, 0), 2u);
+  EXPECT_EQ(r.fdb.lookup(dp::mac_from_bytes(mac_frame(9, 0).data())), 1u);
+  EXPECT_EQ(spoof_drops(r, 1), 0u);
+}
+
+TEST(PortSecurity, RefusedFramesGiveTheirBuffersBackOnceAndTheOthersArriveIntactInOrder) {
+  for (bool vlans : {false, true}) {
+    UplinkRig r({false, false}, dp::ForwardMode::kBridge, [&](uint32_t, port::PortConfig& c) {
+      if (vlans) c.vlan = 10;
+    });
+    guard(r, 0, {1});
+    std::vector<Bytes> want;
+    for (uint8_t round = 0; round < 40; ++round) {
+      for (uint8_t i = 0; i < 32; ++i) {
+        Bytes f = mac_frame(0xff, i % 3 ? 1 : 5, 0, 60 + i);  // every third one spoofed
+        f[20] = round;
+        f[21] = i;
+        r.wire[0]->receive(f);
+        if (i % 3) want.push_back(f);
+      }
+      r.run();
+    }
+    EXPECT_EQ(spoof_drops(r, 0), 40u * 11) << "vlans " << vlans;
+    EXPECT_TRUE(frames_sent(r.wire[1]) == want) << "frames to b changed, lost or repeated";
+    EXPECT_TRUE(r.wire[0]->inbox.empty()) << r.wire[0]->inbox.size() << " frames found no buffer";
+    for (const auto& u : r.up) EXPECT_EQ(u->queue_counters(0).bad_used, 0u);
+  }
+}
+
+TEST(PortSecurity, CrossConnectedAndTaggedFramesAreJudgedByTheirSourceToo) {
+  UplinkRig x(false, false);  // cross-connect
+  guard(x, 0, {1});
+  x.wire[0]->receive(mac_frame(3, 1));
+  x.wire[0]->receive(mac_frame(3, 4));
+  x.run();
+  EXPECT_EQ(frames_sent(x.wire[1]), std::vector<Bytes>{mac_frame(3, 1)});
+  EXPECT_EQ(spoof_drops(x, 0), 1u);
+  UplinkRig v = vlan_rig();
+  guard(v, 2, {2});  // the trunk
+  v.wire[2]->receive(mac_frame(0xff, 2, 20));
+  v.wire[2]->receive(mac_frame(0xff, 6, 20));
+  v.wire[2]->receive(mac_frame(0xff, 6, 30));  // not carried: a VLAN drop, judged first
+  v.run();
+  EXPECT_EQ(frames_sent(v.wire[1]), std::vector<Bytes>{mac_frame(0xff, 2)});
+  EXPECT_EQ(spoof_drops(v, 2), 1u);
+  EXPECT_EQ(vlan_drops(v, 2), 1u);
+}
+
 }  // namespace
 }  // namespace vl::test
