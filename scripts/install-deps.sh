@@ -45,6 +45,9 @@ PKGS=(
   # lintian; help2man makes the man pages from --help; systemd-analyze verify checks the
   # unit offline; man-db (man -l) renders the pages
   dpkg-dev debhelper fakeroot lintian help2man systemd man-db
+  # virtlink-cni's IPAM (host-local, /usr/lib/cni) in its tests (tests/interop/test_cni.py,
+  # test_cluster.py); the deployment files' offline check reads YAML (tests/deploy/)
+  containernetworking-plugins python3-yaml
 )
 
 missing=()

@@ -22,6 +22,7 @@ CCACHE_BASEDIR and CCACHE_NOHASHDIR as scripts/build.sh sets them), then checked
     PYTHONPATH=pylib:bench python3 tests/package/test_package.py --virtlink build/virtlink -v
 """
 import glob
+import json
 import os
 import re
 import shutil
@@ -167,14 +168,19 @@ class Package(unittest.TestCase):
         paths = {line.split()[-1].lstrip(".") for line in listing.splitlines()}
         for p in ("/usr/bin/virtlink", "/etc/virtlink/virtlink.toml",
                   "/usr/share/bash-completion/completions/virtlink",
-                  "/usr/share/doc/virtlink/copyright", "/usr/share/doc/virtlink/README.md.gz"):
+                  "/usr/share/doc/virtlink/copyright", "/usr/share/doc/virtlink/README.md.gz",
+                  "/usr/lib/cni/virtlink-cni"):
             self.assertIn(p, paths)
         self.assertIn("/" + os.path.relpath(self.unit, self.root), paths)
         for page in ("virtlink", "virtlink-switch", "virtlink-ctl", "virtlink-top", "virtlink-gen",
                      "virtlink-vnf"):
             self.assertIn("/usr/share/man/man1/%s.1.gz" % page, paths)
-        self.assertIn("-rwxr-xr-x root/root", [l for l in listing.splitlines()
-                                               if l.endswith("/usr/bin/virtlink")][0])
+        for exe in ("/usr/bin/virtlink", "/usr/lib/cni/virtlink-cni"):
+            self.assertIn("-rwxr-xr-x root/root", [l for l in listing.splitlines() if l.endswith(exe)][0])
+        # The CNI plugin runs from the package as a runtime runs it (VERSION needs nothing).
+        out = subprocess.run([os.path.join(self.root, "usr/lib/cni/virtlink-cni")], input='{"cniVersion":"1.0.0"}',
+                             env={"CNI_COMMAND": "VERSION"}, stdout=subprocess.PIPE, text=True, timeout=10).stdout
+        self.assertIn("1.1.0", json.loads(out)["supportedVersions"])
         # The shipped configuration is the tree's.
         with open(os.path.join(REPO, "examples/virtlink.toml")) as a, \
                 open(os.path.join(self.root, "etc/virtlink/virtlink.toml")) as b:
