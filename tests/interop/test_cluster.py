@@ -24,22 +24,14 @@ import subprocess
 import time
 import unittest
 
-from vltestlib import vlguest, vltest
+from vltestlib import underlay, vlguest, vltest
+from vltestlib.underlay import sh
 from vltestlib.vltest import log
 
 NODES = (1, 2, 3)
 NETS = {"a": (100, 5100, "10.10.0"), "b": (200, 5200, "10.20.0")}  # VLAN, VNI, subnet
 PROBE_IP = "10.10.0.250"  # no pod has it: only an icmpecho testpmd answers for it
 XFER_KIB = 10 * 1024
-
-
-def sh(*args, ns=None, check=True, timeout=30, **kw):
-    argv = (["ip", "netns", "exec", ns] if ns else []) + [str(a) for a in args]
-    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       timeout=timeout, **kw)
-    if check and r.returncode != 0:
-        raise AssertionError("%s: %s%s" % (" ".join(argv), r.stdout, r.stderr))
-    return r
 
 
 def vtep(i):
@@ -52,38 +44,22 @@ def cni_path():
 
 @vltest.ctest("cluster", timeout=300, qemu=True)
 class Cluster(unittest.TestCase):
-    tag = "kc%d" % (os.getpid() % 10000)
-    namespaces = []
+    net = underlay.Underlay("kc%d" % (os.getpid() % 10000))
     beds = {}
 
     @classmethod
     def ns(cls, name):
-        return cls.tag + name
+        return cls.net.ns(name)
 
     @classmethod
     def setUpClass(cls):
-        cls.namespaces = [cls.ns(n) for n in ["under"] + ["n%d" % i for i in NODES]]
         try:
-            cls.build()
+            cls.net.build({i: "n%d" % i for i in NODES})
+            for i in NODES:
+                cls.start_node(i)
         except BaseException:
             cls.tearDownClass()
             raise
-
-    @classmethod
-    def build(cls):
-        for n in cls.namespaces:
-            sh("ip", "netns", "add", n)
-            sh("ip", "link", "set", "lo", "up", ns=n)
-        under = cls.ns("under")
-        sh("ip", "link", "add", "br0", "type", "bridge", ns=under)
-        sh("ip", "link", "set", "br0", "up", ns=under)
-        for i in NODES:
-            sh("ip", "link", "add", "u%d" % i, "netns", cls.ns("n%d" % i), "type", "veth", "peer",
-               "name", "b%d" % i, ns=under)
-            sh("ip", "link", "set", "b%d" % i, "master", "br0", "up", ns=under)
-            sh("ip", "link", "set", "u%d" % i, "up", ns=cls.ns("n%d" % i))
-        for i in NODES:
-            cls.start_node(i)
 
     @classmethod
     def start_node(cls, i):
@@ -92,23 +68,12 @@ class Cluster(unittest.TestCase):
         tb = vlguest.GuestTestbed()
         cls.beds[i] = tb
         remotes = "+".join(vtep(j) for j in NODES if j != i)
-        argv = ["ip", "netns", "exec", cls.ns("n%d" % i), vltest.VIRTLINK, "--log-level", "info",
-                "switch", "--vlans", "--port", "up=af-packet:u%d" % i]
+        args = ["--vlans", "--port", "up=af-packet:u%d" % i]
         for net, (vlan, vni, _) in NETS.items():
-            argv += ["--port", "vx%s=vxlan:uplink=up,local=%s,vni=%d,remote=%s" % (net, vtep(i), vni, remotes),
+            args += ["--port", "vx%s=vxlan:uplink=up,local=%s,vni=%d,remote=%s" % (net, vtep(i), vni, remotes),
                      "--port-set", "vx%s:vlan=%d" % (net, vlan)]
-        argv += ["--forward", "bridge", "--pmd-mode", "interrupt", "--control", tb.ctl_path]
-        env = dict(os.environ)
-        env.setdefault("ASAN_OPTIONS", "abort_on_error=0:detect_leaks=1")
-        tb.switch = vltest.Proc("switch-n%d" % i, argv, tb.dir, env=env)
-        tb.procs.append(tb.switch)
-        deadline = time.monotonic() + 20
-        while not os.path.exists(tb.ctl_path):
-            if not tb.switch.alive():
-                raise AssertionError("switch n%d exited: %s" % (i, tb.switch.output()))
-            if time.monotonic() > deadline:
-                raise AssertionError("switch n%d: no control socket" % i)
-            time.sleep(0.05)
+        args += ["--forward", "bridge", "--pmd-mode", "interrupt"]
+        cls.net.start_switch(tb, "n%d" % i, "switch-n%d" % i, args)
         vltest._wait(lambda: all(p["state"] == "connected" for p in tb.ctl("ports")), 20,
                      "node n%d's uplink and tunnels up" % i, 0.1)
         tb.pods_dir = os.path.join(tb.dir, "pods")
@@ -116,16 +81,7 @@ class Cluster(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        problems = []
-        for tb in cls.beds.values():
-            try:
-                tb.close()
-            except AssertionError as e:  # a sanitizer report, an exit status
-                problems.append(str(e))
-        for n in cls.namespaces:
-            sh("ip", "netns", "del", n, check=False)
-        if problems:
-            raise AssertionError("; ".join(problems))
+        cls.net.close(cls.beds.values())
 
     # -- the runtime's side --------------------------------------------------------------
     def netconf(self, node, net):
@@ -156,8 +112,7 @@ class Cluster(unittest.TestCase):
         return r.returncode, out
 
     def add_pod(self, node, pod, net="a"):
-        sh("ip", "netns", "add", self.ns(pod))
-        self.namespaces.append(self.ns(pod))
+        self.net.add_ns(pod)
         rc, res = self.cni(node, "ADD", pod, net)
         self.assertEqual(rc, 0, res)
         log("pod %s on n%d (network %s): %s %s %s" % (pod, node, net, res["interfaces"][0]["mac"],
@@ -168,6 +123,7 @@ class Cluster(unittest.TestCase):
         rc, res = self.cni(node, "DEL", pod, net)
         self.assertEqual((rc, res), (0, None))
         sh("ip", "netns", "del", self.ns(pod), check=False)
+        self.net.namespaces.remove(self.ns(pod))
 
     def start_guest(self, node, pod, res):
         """A QEMU guest pod on its socket, set up from the JSON file next to it as an

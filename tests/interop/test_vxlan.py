@@ -22,21 +22,14 @@ import subprocess
 import time
 import unittest
 
-from vltestlib import vhost_peer, vltest
+from vltestlib import underlay, vhost_peer, vltest
+from vltestlib.underlay import sh
 
 VNI = 100
 HOSTS = (1, 2, 3)
 LINUX = 4
 MOVER_MAC = "02:aa:00:00:00:50"
 RARP_MAC = "52:54:00:12:34:56"
-
-
-def sh(*args, ns=None, check=True, timeout=30):
-    argv = (["ip", "netns", "exec", ns] if ns else []) + [str(a) for a in args]
-    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
-    if check and r.returncode != 0:
-        raise AssertionError("%s: %s%s" % (" ".join(argv), r.stdout, r.stderr))
-    return r
 
 
 def vtep(i):
@@ -49,18 +42,15 @@ def inet_csum(b):
 
 @vltest.ctest("vxlan", timeout=120, asan=True)
 class Vxlan(unittest.TestCase):
-    tag = "vx%d" % (os.getpid() % 10000)
-    namespaces = []
+    net = underlay.Underlay("vx%d" % (os.getpid() % 10000))
     beds = {}
 
     @classmethod
     def ns(cls, name):
-        return cls.tag + name
+        return cls.net.ns(name)
 
     @classmethod
     def setUpClass(cls):
-        cls.namespaces = [cls.ns(n) for n in ["under", "inj", "h4"] + ["h%d" % i for i in HOSTS] +
-                          ["e%d" % i for i in HOSTS] + ["xn%d" % i for i in HOSTS]]
         try:
             cls.build()
         except BaseException:
@@ -69,21 +59,9 @@ class Vxlan(unittest.TestCase):
 
     @classmethod
     def build(cls):
-        for n in cls.namespaces:
-            sh("ip", "netns", "add", n)
-            sh("ip", "link", "set", "lo", "up", ns=n)
-        under = cls.ns("under")
-        sh("ip", "link", "add", "br0", "type", "bridge", ns=under)
-        sh("ip", "link", "set", "br0", "up", ns=under)
-        # Where br_netfilter is loaded, a bridge drops malformed IPv4 before it forwards: the
-        # hostile part's packets must reach the switch as sent.
-        for k in ("iptables", "ip6tables", "arptables"):
-            sh("sysctl", "-qw", "net.bridge.bridge-nf-call-%s=0" % k, ns=under, check=False)
-        for i, host in [(i, "h%d" % i) for i in HOSTS] + [(LINUX, "h4"), (9, "inj")]:
-            sh("ip", "link", "add", "u%d" % i, "netns", cls.ns(host), "type", "veth", "peer", "name",
-               "b%d" % i, ns=under)
-            sh("ip", "link", "set", "b%d" % i, "master", "br0", "up", ns=under)
-            sh("ip", "link", "set", "u%d" % i, "up", ns=cls.ns(host))
+        hosts = {i: "h%d" % i for i in HOSTS}
+        hosts.update({LINUX: "h4", 9: "inj"})
+        cls.net.build(hosts, extra=["e%d" % i for i in HOSTS] + ["xn%d" % i for i in HOSTS])
         # h4: Linux's VTEP, head-end replication to the three switches, learning on.
         h4 = cls.ns("h4")
         sh("ip", "addr", "add", vtep(LINUX) + "/24", "dev", "u4", ns=h4)
@@ -114,37 +92,17 @@ class Vxlan(unittest.TestCase):
         tb = vltest.Testbed()
         cls.beds[i] = tb
         remotes = "+".join(vtep(j) for j in list(HOSTS) + [LINUX] if j != i)
-        argv = ["ip", "netns", "exec", cls.ns("h%d" % i), vltest.VIRTLINK, "--log-level", "info",
-                "switch", "--port", "up=af-packet:u%d" % i,
+        args = ["--port", "up=af-packet:u%d" % i,
                 "--port", "vx=vxlan:uplink=up,local=%s,vni=%d,remote=%s" % (vtep(i), VNI, remotes),
                 "--port", "ep=tap:t%d" % i, "--port", "x=tap:x%d" % i]
         if i == 1:
-            argv += ["--port", "vm=vhost-user:" + tb.sock("vm")]
-        argv += ["--forward", "bridge", "--pmd-mode", "interrupt", "--control", tb.ctl_path]
-        env = dict(os.environ)
-        env.setdefault("ASAN_OPTIONS", "abort_on_error=0:detect_leaks=1")
-        tb.switch = vltest.Proc("switch-h%d" % i, argv, tb.dir, env=env)
-        tb.procs.append(tb.switch)
-        deadline = time.monotonic() + 20
-        while not os.path.exists(tb.ctl_path):
-            if not tb.switch.alive():
-                raise AssertionError("switch h%d exited: %s" % (i, tb.switch.output()))
-            if time.monotonic() > deadline:
-                raise AssertionError("switch h%d: no control socket" % i)
-            time.sleep(0.05)
+            args += ["--port", "vm=vhost-user:" + tb.sock("vm")]
+        args += ["--forward", "bridge", "--pmd-mode", "interrupt"]
+        cls.net.start_switch(tb, "h%d" % i, "switch-h%d" % i, args)
 
     @classmethod
     def tearDownClass(cls):
-        problems = []
-        for tb in cls.beds.values():
-            try:
-                tb.close()
-            except AssertionError as e:  # a sanitizer report, an exit status
-                problems.append(str(e))
-        for n in cls.namespaces:
-            sh("ip", "netns", "del", n, check=False)
-        if problems:
-            raise AssertionError("; ".join(problems))
+        cls.net.close(cls.beds.values())
 
     # -- helpers ---------------------------------------------------------------------
     def ctl(self, i, *args):
