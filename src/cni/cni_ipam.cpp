@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 
@@ -28,7 +29,8 @@ std::string find_plugin(const Env& env, const std::string& type) {
 }
 
 /// Runs `exe` with CNI_COMMAND=`command`, `input` on its stdin; its stdout in `*out`.
-/// Returns its exit status (-1: it did not run or was killed).
+/// Returns its exit status (-1: it did not run, or was killed for a minute without EOF or
+/// more than 1 MiB of output).
 int run_child(const std::string& exe, const std::string& command, const std::string& input,
               std::string* out) {
   int in[2], o[2];
@@ -56,15 +58,31 @@ int run_child(const std::string& exe, const std::string& command, const std::str
     }
   }
   close(in[1]);
+  // Its output until EOF, at most kMaxOutput bytes and kTimeoutMs: a plugin that hangs or
+  // floods is killed (an IPAM result is a few hundred bytes, in milliseconds).
+  constexpr size_t kMaxOutput = 1u << 20;
+  constexpr int kTimeoutMs = 60000;
   char buf[4096];
-  for (ssize_t n; pid > 0 && (n = read(o[0], buf, sizeof buf)) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 || out->size() > (1u << 20)) break;  // an IPAM result is a few hundred bytes
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTimeoutMs);
+  bool killed = false;
+  while (pid > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd pf{o[0], POLLIN, 0};
+    const int r = left.count() > 0 ? poll(&pf, 1, static_cast<int>(left.count())) : 0;
+    if (r < 0 && errno == EINTR) continue;
+    const ssize_t n = r > 0 ? read(o[0], buf, sizeof buf) : -1;
+    if (n < 0 && r > 0 && errno == EINTR) continue;
+    if (n == 0) break;
+    if (n < 0 || out->size() + static_cast<size_t>(n) > kMaxOutput) {
+      kill(pid, SIGKILL);
+      killed = true;
+      break;
+    }
     out->append(buf, static_cast<size_t>(n));
   }
   close(o[0]);
   int st = 0;
-  if (pid < 0 || waitpid(pid, &st, 0) != pid) return -1;
+  if (pid < 0 || waitpid(pid, &st, 0) != pid || killed) return -1;
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
