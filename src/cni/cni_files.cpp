@@ -97,14 +97,30 @@ bool is_socket(const std::string& path) {
   return lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
-bool remove_pod_files(const PodFiles& f, Error* e) {
+void remove_dir_if_empty(const PodFiles& f) { rmdir(f.dir.c_str()); }
+
+bool pod_files_of_socket(const NetConf& c, const std::string& path, PodFiles* f) {
+  const std::string root = c.socket_dir + "/";
+  const size_t slash = path.rfind('/');
+  if (path.rfind(root, 0) != 0 || slash == std::string::npos || slash < root.size() ||
+      path.find("/..", root.size() - 1) != std::string::npos || path.size() < 5 ||
+      path.compare(path.size() - 5, 5, ".sock") != 0 || path.size() - 5 <= slash + 1 ||
+      path.find('/', root.size()) != slash)  // exactly one directory below socketDir
+    return false;
+  f->dir = path.substr(0, slash);
+  f->socket = path;
+  f->json = path.substr(0, path.size() - 5) + ".json";
+  return true;
+}
+
+bool remove_pod_files(const PodFiles& f, bool socket_too, Error* e) {
   auto gone = [&](const std::string& p) {
     if (unlink(p.c_str()) == 0 || errno == ENOENT) return true;
     *e = {kIoFailure, fmt::format("cannot remove {}: {}", p, strerror(errno)), ""};
     return false;
   };
   if (!gone(f.json) || !gone(f.json + ".tmp")) return false;
-  if (is_socket(f.socket) && !gone(f.socket)) return false;
+  if (socket_too && is_socket(f.socket) && !gone(f.socket)) return false;
   if (rmdir(f.dir.c_str()) != 0 && errno != ENOENT && errno != ENOTEMPTY && errno != EEXIST) {
     *e = {kIoFailure, fmt::format("cannot remove {}: {}", f.dir, strerror(errno)), ""};
     return false;

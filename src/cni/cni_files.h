@@ -24,9 +24,15 @@ bool make_pod_dir(const PodFiles& f, Error* e);
 bool write_pod_json(const PodFiles& f, const Json& doc, Error* e);
 /// Reads f.json; null when it is missing or not JSON.
 Json read_pod_json(const PodFiles& f);
-/// Removes the JSON file, the socket (only if it is a socket) and the directory if it is
+/// Removes the JSON file, the socket when `socket_too` (only if it is a socket: another
+/// port's socket at the same path is not this attachment's) and the directory if it is
 /// left empty. Missing files are not an error; false with `*e` (5) for any other failure.
-bool remove_pod_files(const PodFiles& f, Error* e);
+bool remove_pod_files(const PodFiles& f, bool socket_too, Error* e);
+/// The files of the attachment whose port has socket `path` (GC: the runtime gives no pod
+/// names then); false when `path` is not DIR/IFNAME.sock of a directory under socketDir.
+bool pod_files_of_socket(const NetConf& c, const std::string& path, PodFiles* f);
+/// Removes the pod's directory if nothing is left in it.
+void remove_dir_if_empty(const PodFiles& f);
 /// Whether `path` is a Unix socket.
 bool is_socket(const std::string& path);
 

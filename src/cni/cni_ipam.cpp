@@ -31,8 +31,8 @@ std::string find_plugin(const Env& env, const std::string& type) {
 /// Runs `exe` with CNI_COMMAND=`command`, `input` on its stdin; its stdout in `*out`.
 /// Returns its exit status (-1: it did not run, or was killed for a minute without EOF or
 /// more than 1 MiB of output).
-int run_child(const std::string& exe, const std::string& command, const std::string& input,
-              std::string* out) {
+int run_child(const std::string& exe, const std::string& command, const Env& env,
+              const std::string& input, std::string* out) {
   int in[2], o[2];
   if (pipe2(in, O_CLOEXEC) != 0) return -1;
   if (pipe2(o, O_CLOEXEC) != 0) {
@@ -44,6 +44,9 @@ int run_child(const std::string& exe, const std::string& command, const std::str
     dup2(in[0], 0);
     dup2(o[1], 1);
     setenv("CNI_COMMAND", command.c_str(), 1);
+    // The attachment's (GC deletes attachments the runtime did not name in its environment).
+    if (!env.container_id.empty()) setenv("CNI_CONTAINERID", env.container_id.c_str(), 1);
+    if (!env.ifname.empty()) setenv("CNI_IFNAME", env.ifname.c_str(), 1);
     execl(exe.c_str(), exe.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -100,7 +103,7 @@ bool run_ipam(const Env& env, const std::string& command, const NetConf& c, Json
   Json conf = c.raw;
   if (compare_versions(c.cni_version, "1.0.0") > 0) conf["cniVersion"] = "1.0.0";
   std::string text;
-  const int status = run_child(exe, command, conf.dump(), &text);
+  const int status = run_child(exe, command, env, conf.dump(), &text);
   Json j = Json::parse(text, nullptr, false);
   if (status == 0) {
     if (command == "ADD" && (j.is_discarded() || !j.is_object())) {

@@ -1,5 +1,6 @@
 #include "cni/cni_plugin.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -163,7 +164,8 @@ std::string mac_for(const std::string& container_id, const std::string& ifname) 
 namespace {
 
 /// ADD's steps after the switch has answered: addresses, directory, port, file; each step's
-/// failure undoes the ones before it.
+/// failure undoes the ones before it (a socket or file already at the pod's paths is another
+/// attachment's: the switch refused the port, and they stay).
 Outcome add_attachment(const NetConf& c, const Env& env, const PodFiles& f, const std::string& mac) {
   Error e, ignored;
   Json ipam, r;
@@ -174,14 +176,14 @@ Outcome add_attachment(const NetConf& c, const Env& env, const PodFiles& f, cons
   };
   if (!make_pod_dir(f, &e) || !ask(c, "add-port", add_port_argv(c, env, f, mac), &r, &e)) {
     undo_ipam();
-    remove_pod_files(f, &ignored);
+    remove_dir_if_empty(f);
     return fail(e, c);
   }
   const Json result = make_result(c, env, f, mac, ipam);
   if (!write_pod_json(f, pod_doc(c, env, f, mac, result), &e)) {
     ask(c, "del-port", {"--if-exists", port_name_for(env.container_id, env.ifname)}, &r, &ignored);
     undo_ipam();
-    remove_pod_files(f, &ignored);
+    remove_dir_if_empty(f);
     return fail(e, c);
   }
   return {0, result.dump() + "\n"};
@@ -214,15 +216,20 @@ Outcome cmd_del(const NetConf& c, const Env& env) {
   if (!pod_files(c, env, &f, &e)) return fail(e, c);
   Json ports, r;
   const std::string name = port_name_for(env.container_id, env.ifname);
-  if (ask(c, "ports", {}, &ports, &e)) {
+  // The files at the pod's paths are another attachment's while another port has the
+  // socket: they stay. An unreachable switch leaves the socket (it may be a port's).
+  bool others = false, known = ask(c, "ports", {}, &ports, &e);
+  if (known) {
     const Json* p = find_port(ports, name);
     if (p && ours(*p, env) && !ask(c, "del-port", {"--if-exists", name}, &r, &e)) first = e;
+    for (const Json& q : ports)
+      others |= q.value("path", std::string()) == f.socket && !(p && &q == p && ours(*p, env));
   } else {
     first = e;
   }
   Json none;
   if (!run_ipam(env, "DEL", c, &none, &e) && !first.code) first = e;
-  if (!remove_pod_files(f, &e) && !first.code) first = e;
+  if (!others && !remove_pod_files(f, known, &e) && !first.code) first = e;
   return first.code ? fail(first, c) : Outcome{};
 }
 
@@ -268,7 +275,8 @@ Outcome cmd_check(const NetConf& c, const Env& env) {
 }
 
 /// GC (1.1): ports of this network whose (container, ifname) is not a valid attachment go,
-/// with their files (the IPAM plugin's own GC is not called: host-local of Debian 12 has none).
+/// with their files and addresses (the IPAM plugin's DEL for each; its own GC is not called:
+/// host-local of Debian 12 has none).
 Outcome cmd_gc(const NetConf& c, const Env& env) {
   Error e;
   Json ports, r;
@@ -279,13 +287,18 @@ Outcome cmd_gc(const NetConf& c, const Env& env) {
     if (std::find(c.valid_attachments.begin(), c.valid_attachments.end(), at) != c.valid_attachments.end())
       continue;
     if (!ask(c, "del-port", {"--if-exists", p.value("name", std::string())}, &r, &e)) return fail(e, c);
-    Env gone = env;
+    Env gone = env;  // the attachment's own ids, for the IPAM plugin's DEL
     gone.container_id = at.first;
     gone.ifname = at.second;
-    PodFiles f;
+    Json none;
     Error ignored;
-    if (pod_files(c, gone, &f, &ignored) && f.socket == p.value("path", std::string()))
-      remove_pod_files(f, &ignored);
+    run_ipam(gone, "DEL", c, &none, &ignored);
+    PodFiles f;  // the runtime gives no pod names to GC: the files are where the socket is
+    const std::string path = p.value("path", std::string());
+    const bool shared = std::count_if(ports.begin(), ports.end(), [&](const Json& q) {
+                          return q.value("path", std::string()) == path;
+                        }) > 1;
+    if (!shared && pod_files_of_socket(c, path, &f)) remove_pod_files(f, true, &ignored);
   }
   return {};
 }

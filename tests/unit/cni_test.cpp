@@ -150,5 +150,17 @@ TEST(CniFiles, PodDirectoryFromKubernetesNamesOrTheContainer) {
   EXPECT_NE(e.msg.find("Unix socket"), std::string::npos) << e.msg;
 }
 
+TEST(CniFiles, GcFindsTheFilesFromTheSocketUnderSocketDirOnly) {
+  NetConf c;
+  PodFiles f;
+  ASSERT_TRUE(pod_files_of_socket(c, "/run/virtlink/pods/default_web-0/net1.sock", &f));
+  EXPECT_EQ(f.dir, "/run/virtlink/pods/default_web-0");
+  EXPECT_EQ(f.json, "/run/virtlink/pods/default_web-0/net1.json");
+  for (const char* bad : {"/run/virtlink/pods/net1.sock", "/etc/x/net1.sock", "/run/virtlink/pods/a/b/net1.sock",
+                          "/run/virtlink/pods/../x/net1.sock", "/run/virtlink/pods/a/net1.json",
+                          "/run/virtlink/podsx/a/net1.sock", "/run/virtlink/pods/a/.sock"})
+    EXPECT_FALSE(pod_files_of_socket(c, bad, &f)) << bad;
+}
+
 }  // namespace
 }  // namespace vl::cni
