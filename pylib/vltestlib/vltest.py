@@ -185,6 +185,52 @@ def _child_setup():
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+class Orphan:
+    """A switch's successor (`ctl upgrade`): not our child when it starts, ours once its
+    predecessor exits (this process is a child subreaper then). The subset of Popen that
+    Proc uses: pid, poll, wait, send_signal, kill, returncode, stdin."""
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.returncode = None
+        self.stdin = None
+
+    def poll(self):
+        if self.returncode is None:
+            try:
+                got, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # not ours (no subreaper): alive while it exists
+                if not os.path.exists("/proc/%d" % self.pid):
+                    self.returncode = -1
+                return self.returncode
+            if got == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() >= end:
+                raise subprocess.TimeoutExpired("pid %d" % self.pid, timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def send_signal(self, sig):
+        os.kill(self.pid, sig)
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
+
+
+def become_subreaper():
+    """Orphans of our children (a switch's successor) become our children."""
+    if _libc is not None:
+        _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
 class Proc:
     """A child process whose stdout+stderr go to a log file."""
 
@@ -474,6 +520,26 @@ class Testbed:
             raise AssertionError("%s failed (%d): %s" % (" ".join(argv), r.returncode,
                                                          r.stderr.decode(errors="replace")))
         return json.loads(r.stdout) if json_out else r.stdout.decode()
+
+    def upgrade(self, binary=None, timeout=90):
+        """`virtlink ctl upgrade [BINARY] --json`. On success: the old switch process must
+        exit with status 0, and the switch Proc follows the successor; returns (True, the
+        reply). On failure: (False, ctl's stderr), the switch Proc as it was."""
+        become_subreaper()
+        argv = [VIRTLINK, "ctl", "--control", self.ctl_path, "upgrade"] + (
+            [binary] if binary else []) + ["--json"]
+        r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=timeout, stdin=subprocess.DEVNULL)
+        if r.returncode != 0:
+            return False, r.stderr.decode(errors="replace")
+        res = json.loads(r.stdout)
+        old = self.switch.p
+        rc = old.wait(15)
+        if rc != 0:
+            raise AssertionError("the switch handed over, then exited with status %s" % rc)
+        self.switch.p = Orphan(res["pid"])
+        log("upgraded: switch pid %d -> %d, paused %.3f ms" % (old.pid, res["pid"], res["paused_ms"]))
+        return True, res
 
     def switch_stats(self):
         """`ctl stats --json` as {port name: port object}."""

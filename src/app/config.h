@@ -27,6 +27,9 @@ struct SwitchConfig {
   std::string db_path;
   /// --config: the TOML file a SIGHUP reads again; empty: none.
   std::string config_file;
+  /// --handover-fd: this switch is a successor started by `ctl upgrade`; it takes the
+  /// running switch's state over this socket (app/switch_upgrade.cpp). -1: a plain start.
+  int handover_fd = -1;
   /// The control socket file's permission bits, owner and group (names or ids; empty:
   /// the switch's). --control-mode/--control-owner/--control-group; TOML control_mode,
   /// control_owner, control_group.

@@ -24,7 +24,20 @@ struct CounterBase {
   uint64_t age_on_cpu_hist[port::kMaxPorts][dp::QueueAgeStats::kBuckets] = {};
   uint64_t over_budget[port::kMaxPorts] = {};
   uint64_t over_budget_raw[port::kMaxPorts] = {};
+  /// What a predecessor counted on the port of this slot (`ctl upgrade`), added to the
+  /// datapath's counters.
+  port::CounterSnapshot carried[port::kMaxPorts];
 };
+
+inline void add(port::CounterSnapshot& s, const port::CounterSnapshot& b) {
+  s.rx_packets += b.rx_packets;
+  s.rx_bytes += b.rx_bytes;
+  s.tx_packets += b.tx_packets;
+  s.tx_bytes += b.tx_bytes;
+  s.tx_retries += b.tx_retries;
+  for (uint32_t d = 0; d < port::kNumDrops; ++d) s.drops[d] += b.drops[d];
+  for (uint32_t k = 0; k < offload::kNumWork; ++k) s.offload_work[k] += b.offload_work[k];
+}
 
 /// a - b, never below 0 (a baseline is never above the counter it was taken from).
 inline uint64_t since(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }

@@ -241,6 +241,10 @@ bool capture(Switch& sw, const CtlArgv& argv, Json* out, control::Takeover* take
   return sw.capture(argv, out, take, err);
 }
 
+bool upgrade(Switch& sw, const CtlArgv& argv, Json* out, control::Takeover* take, std::string* err) {
+  return sw.upgrade(argv, out, take, err);
+}
+
 bool mirror(Switch& sw, const CtlArgv& argv, Json* out, std::string* err) {
   return sw.mirror(argv, out, err);
 }
@@ -261,6 +265,7 @@ constexpr CtlCommand kHandlers[] = {
     {"set-port", set_port},
     {"stats-clear", stats_clear},
     {"reload", reload},
+    {"upgrade", nullptr, nullptr, upgrade},
     {"version", version},
     {"show", show},
     {"capture", nullptr, nullptr, capture},

@@ -23,6 +23,7 @@ port::CounterSnapshot raw_port_counters(const SwitchView& sw, uint32_t p) {
   port::CounterSnapshot s;
   for (const auto& t : sw.pmds.threads()) t->forwarder().counters(p).accumulate(s);
   sw.links.add_counters(p, s);  // what direct-link peers moved on this port's rings
+  add(s, sw.base.carried[p]);  // what a predecessor counted (ctl upgrade)
   return s;
 }
 

@@ -177,6 +177,21 @@ LoadStatus load_state(const std::string& file, SavedState* s, std::string* err) 
   return LoadStatus::kOk;
 }
 
+std::string state_to_text(const SavedState& s) { return to_json(s).dump(); }
+
+bool state_from_text(const std::string& text, SavedState* s, std::string* err) {
+  if (control::json_depth(text) > kMaxDepth) {
+    *err = "state nested too deep";
+    return false;
+  }
+  const Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    *err = "state is not JSON";
+    return false;
+  }
+  return from_json(j, s, err);
+}
+
 void put_setting(std::vector<std::string>* settings, const std::string& key, const std::string& value) {
   const std::string kv = key + "=" + value;
   for (std::string& s : *settings) {

@@ -48,6 +48,11 @@ enum class LoadStatus : uint8_t { kOk, kMissing, kRefused };
 /// it is.
 LoadStatus load_state(const std::string& file, SavedState* s, std::string* err);
 
+/// `s` as the JSON text the state file keeps under "state" (the hand-over of `ctl upgrade`
+/// carries it too), and back. state_from_text: false with `*err` for a text that is not one.
+std::string state_to_text(const SavedState& s);
+bool state_from_text(const std::string& text, SavedState* s, std::string* err);
+
 /// Sets `key` to `value` in a settings list (KEY=VALUE strings): replaces an earlier value of
 /// the key, else appends.
 void put_setting(std::vector<std::string>* settings, const std::string& key, const std::string& value);

@@ -48,7 +48,8 @@ void Switch::prepare() {
 }
 
 bool Switch::setup(std::string* err) {
-  if (!restore_state(err)) return false;
+  // A successor (`ctl upgrade`) takes the predecessor's records instead of the state file's.
+  if (cfg_.handover_fd >= 0 ? !receive_handover(err) : !restore_state(err)) return false;
   prepare();
   for (uint32_t i = 0; i < ports_.size(); ++i) {  // the state file's records, by name
     const auto r = restored_.find(ports_[i]->name());
@@ -63,14 +64,17 @@ bool Switch::setup(std::string* err) {
       cfg_.control_path.empty() ? control::default_control_path() : cfg_.control_path;
   const control::ControlServer::ListenOptions ctl_opts{
       cfg_.control_mode, cfg_.control_owner, cfg_.control_group, cfg_.control_path.empty()};
-  if (!ctl_.listen(ctl_path, ctl_opts, err)) return false;
+  if (handed_control_.valid() ? !ctl_.adopt(std::move(handed_control_), ctl_path, err)
+                              : !ctl_.listen(ctl_path, ctl_opts, err))
+    return false;
   epoll_add(ctl_.fd(), kKeyControl);
   if (!cfg_.metrics.empty()) {  // before the ports: a scrape waits for nothing of theirs
-    if (!metrics_.start(cfg_.metrics, err)) return false;
+    if (!metrics_.start(cfg_.metrics, err, handed_metrics_.release())) return false;
     epoll_add(metrics_.wake_fd(), kKeyMetrics);
   }
   if (!add_ctl_commands(*this, &ctl_, err)) return false;
   if (!start_datapath(err)) return false;
+  if (cfg_.handover_fd >= 0) finish_takeover();  // the predecessor exits now
   save_state();  // what the start made of the config and the state file
   const std::string summary = status_summary();
   spdlog::info("virtlink {} switch: {}", VIRTLINK_VERSION, summary);
@@ -203,7 +207,8 @@ bool Switch::start_datapath(std::string* err) {
   for (const bool tunnels : {false, true}) {
     for (uint32_t i = 0; i < ports_.size(); ++i) {
       if ((ports_[i]->config().type == port::PortType::kVxlan) != tunnels) continue;
-      if (!ports_[i]->start(err)) {
+      bool handed = false;  // (a successor's port on its predecessor's sockets)
+      if (!start_handed_port(i, &handed, err) || (!handed && !ports_[i]->start(err))) {
         if (err->rfind("port ", 0) != 0) *err = fmt::format("port {}: {}", ports_[i]->name(), *err);
         return false;
       }
@@ -262,6 +267,7 @@ int Switch::run() {
   std::string err;
   if (!setup(&err)) {
     spdlog::error("{}", err);
+    handover_failed(err);  // a successor: the predecessor goes on
     teardown();
     return 1;
   }
@@ -273,6 +279,9 @@ int Switch::run() {
     bool ctl_turn = false;
     for (int e = 0; e < n; ++e) {
       const uint64_t key = evs[e].data.u64;
+      // Handed over: only the reply to `ctl upgrade` is left to send; the ports' sockets
+      // and rings are the successor's.
+      if (handover_done_ && key != kKeyControl) continue;
       if (key == kKeyTimer) {
         uint64_t x;
         if (read(timer_.get(), &x, sizeof x) > 0) on_tick();
@@ -310,6 +319,14 @@ int Switch::run() {
       }
     }
     if (!ctl_turn && ctl_.busy()) ctl_.on_ready();
+    if (handover_done_ && mono_ns() - handover_ns_ > 2000000000ull) stop_.store(true);
+  }
+  if (handover_done_) {
+    // Nothing of ours is torn down: the sockets, memory and files are the successor's
+    // (closing our copies of the fds would be harmless; removing socket files would not).
+    spdlog::info("handed over: exiting");
+    spdlog::default_logger()->flush();
+    _exit(0);
   }
   service::notify_stopping();
   teardown();

@@ -16,6 +16,7 @@
 #include "app/counter_base.h"
 #include "app/links.h"
 #include "app/port_rates.h"
+#include "app/state_db.h"
 #include "control/control_server.h"
 #include "control/metrics_server.h"
 #include "dp/fdb.h"
@@ -106,6 +107,13 @@ class Switch {
   /// False with `*err` when the file is refused (nothing changes). Under systemd it is
   /// bracketed by RELOADING=1 and READY=1 (with STATUS=, saying so when it was refused).
   bool reload(control::Json* out, std::string* err);
+  /// `ctl upgrade [BINARY]` (app/switch_upgrade.cpp; docs/architecture.md "Upgrade"):
+  /// starts the successor, hands it every vhost-user socket, guest memory, ring state, the
+  /// MAC table, counters and the control and metrics listeners, and once it forwards sets
+  /// `*take`, after whose reply this process exits (run()). False with `*err` when refused
+  /// or failed: this switch then forwards as before.
+  bool upgrade(const std::vector<std::string>& argv, control::Json* out, control::Takeover* take,
+               std::string* err);
 
   // Capture and mirroring (app/switch_observe.cpp; docs/architecture.md "Capture and
   // mirroring").
@@ -164,6 +172,50 @@ class Switch {
     std::map<std::string, std::string> external_ids;
   };
   std::map<std::string, Restored> restored_;
+  /// The records of the state file (app/state_db.h) as they are now.
+  SavedState saved_state() const;
+  /// Merges a state file's records into cfg_ (restore_state); `handover`: from a
+  /// predecessor (`ctl upgrade`), whose deleted ports stay deleted.
+  void merge_state(const SavedState& s, bool handover);
+
+  // ---- Upgrade (app/switch_upgrade.cpp) ----
+  /// Why `ctl upgrade` cannot be done now ("" when it can).
+  std::string upgrade_refusal() const;
+  /// The hand-over document; `*fds` the fds it names by index; `*reopened` the ports whose
+  /// fds are not handed (uplinks: the successor opens them again).
+  control::Json handover_state(std::vector<int>* fds, std::vector<std::string>* reopened) const;
+  /// Pauses every vhost-user port's datapath and closes the uplinks (true), or undoes it.
+  void pause_for_upgrade(bool pause);
+  /// The successor: takes the offer, answers it and receives the state (before the ports
+  /// exist). False with `*err`.
+  bool receive_handover(std::string* err);
+  bool parse_handover(const std::string& text, std::vector<UniqueFd>* fds, std::string* err);
+  /// Starts slot `i`'s port on what the predecessor handed (`*handled`), if anything.
+  bool start_handed_port(uint32_t i, bool* handled, std::string* err);
+  /// Re-learns the handed MAC table and tells the predecessor this process forwards.
+  void finish_takeover();
+  /// Tells the predecessor the take-over failed (it resumes).
+  void handover_failed(const std::string& why);
+  struct HandedPort {
+    HandedPort() = default;
+    HandedPort(const HandedPort&) = delete;
+    HandedPort& operator=(const HandedPort&) = delete;
+    ~HandedPort();
+    UniqueFd listen;
+    bool connected = false;  ///< `backend` holds a connection's fds (closed if not adopted)
+    vhost::BackendSnapshot backend;
+    port::CounterSnapshot counters;
+  };
+  struct HandedFdbEntry {
+    uint64_t mac;  ///< dp::Fdb::Entry::mac (VLAN << 48 | MAC)
+    std::string port;
+    uint32_t age_s;
+  };
+  std::map<std::string, HandedPort> handover_;  ///< by port name, until the ports start
+  std::vector<HandedFdbEntry> handed_fdb_;
+  UniqueFd handed_control_, handed_metrics_, handover_sock_;
+  bool handover_done_ = false;
+  uint64_t handover_ns_ = 0;  ///< mono_ns() when it was  ///< the predecessor: a successor forwards; exit after the reply
   /// reload()'s work, without the notifications (app/switch_ports.cpp).
   bool apply_reload(control::Json* out, std::string* err);
   /// The one-line summary logged at start-up and sent as STATUS= (ports, forwarding, PMD

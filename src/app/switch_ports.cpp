@@ -480,8 +480,7 @@ void Switch::clear_stats() {
   spdlog::info("counters cleared (ctl stats-clear)");
 }
 
-void Switch::save_state() {
-  if (cfg_.db_path.empty()) return;
+SavedState Switch::saved_state() const {
   SavedState s;
   for (uint32_t i = 0; i < ports_.size(); ++i) {
     if (!ports_[i]) continue;
@@ -492,6 +491,12 @@ void Switch::save_state() {
   s.links = links_.pairs();
   s.deleted = deleted_;
   s.flush = flush_all_;
+  return s;
+}
+
+void Switch::save_state() {
+  if (cfg_.db_path.empty()) return;
+  const SavedState s = saved_state();
   std::string err;
   state_error_.clear();
   if (app::save_state(cfg_.db_path, s, &err)) return;
@@ -511,6 +516,19 @@ bool Switch::restore_state(std::string* err) {
       return true;
     case LoadStatus::kOk:
       break;
+  }
+  merge_state(s, false);
+  spdlog::info("state file {}: {} port record(s), {} link(s) restored", cfg_.db_path, restored_.size(),
+               s.links.size());
+  return true;
+}
+
+void Switch::merge_state(const SavedState& s, bool handover) {
+  if (handover) {  // a port deleted at run time stays deleted (a restart brings it back)
+    std::erase_if(cfg_.ports, [&](const port::PortConfig& c) {
+      return std::find(s.deleted.begin(), s.deleted.end(), c.name) != s.deleted.end();
+    });
+    deleted_ = s.deleted;
   }
   std::set<std::string> named;
   for (const auto& c : cfg_.ports) named.insert(c.name);
@@ -563,7 +581,7 @@ bool Switch::restore_state(std::string* err) {
     restored_[sp.name] = {sp.runtime, sp.settings, sp.external_ids};
     named.insert(sp.name);
   }
-  for (const std::string& n : s.deleted) {
+  for (const std::string& n : handover ? std::vector<std::string>{} : s.deleted) {
     if (std::any_of(cfg_.ports.begin(), cfg_.ports.end(), [&](const port::PortConfig& c) { return c.name == n; }))
       spdlog::warn("port {}: deleted at run time, and the config names it: the config brings it back", n);
   }
@@ -585,9 +603,6 @@ bool Switch::restore_state(std::string* err) {
       flush_all_ = s.flush;
     }
   }
-  spdlog::info("state file {}: {} port record(s), {} link(s) restored", cfg_.db_path, restored_.size(),
-               s.links.size());
-  return true;
 }
 
 bool Switch::apply_reload(control::Json* out, std::string* err) {

@@ -331,8 +331,7 @@ int run_ctl(const CtlArgs& a) {
   Json result, reply;
   std::string err;
   if (!control::request(path, a.command, args, &result, &err, &reply)) {
-    const bool unreachable = err.find("Connection refused") != std::string::npos ||
-                             err.find("No such file") != std::string::npos;
+    const bool unreachable = err.rfind("cannot reach the switch", 0) == 0;
     fmt::print(stderr, "virtlink ctl {}: {}{}\n", a.command, err,
                unreachable ? fmt::format(" (is the switch running with --control {}?)", path) : "");
     // A command the switch does not know, or a known one given the wrong arguments, is a

@@ -30,6 +30,9 @@ void add_state_options(CLI::App* s, SwitchArgs& a) {
                 "state file: ports, settings, external ids and links changed at run time are "
                 "written to FILE (atomically) and restored at the next start (README \"Ports "
                 "at run time\"); default: none");
+  // Internal: the successor `ctl upgrade` starts (app/successor.h) takes its state on FD.
+  s->add_option("--handover-fd", a.handover_fd, "(internal) started by ctl upgrade: take over on FD")
+      ->group("");
   s->add_option("--metrics", a.metrics,
                 "serve Prometheus metrics at http://[ADDR:]PORT/metrics (a port alone: "
                 "127.0.0.1; TOML metrics); default: none");
@@ -311,6 +314,7 @@ bool build_config(const SwitchArgs& a, app::SwitchConfig* out) {
     return false;
   }
   cfg.db_path = a.db;
+  cfg.handover_fd = a.handover_fd;
   cfg.config_file = a.config;
   *out = std::move(cfg);
   return true;

@@ -11,6 +11,7 @@ struct SwitchArgs {
   std::string offloads;  ///< "on" / "off" for every port; empty: per port (default on)
   std::string config;
   std::string db;  ///< --db FILE: the state file of run-time changes
+  int handover_fd = -1;  ///< --handover-fd FD: started by `ctl upgrade` (internal)
   std::vector<std::string> ports;
   std::vector<std::string> port_sets;  ///< --port-set NAME:KEY=VALUE
   std::string dpdk_extra;  ///< --dpdk-extra ARGS (EAL arguments, space separated)

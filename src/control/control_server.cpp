@@ -120,6 +120,18 @@ bool ControlServer::listen(const std::string& path, const ListenOptions& opts, s
     file_.remove();
     return false;
   }
+  return serve_on(std::move(s), path, err);
+}
+
+bool ControlServer::adopt(UniqueFd listener, const std::string& path, std::string* err) {
+  if (!listener.valid() || !file_.record(path)) {
+    *err = fmt::format("control socket {}: not taken over: {}", path, strerror(errno));
+    return false;
+  }
+  return serve_on(std::move(listener), path, err);
+}
+
+bool ControlServer::serve_on(UniqueFd s, const std::string& path, std::string* err) {
   UniqueFd ep(epoll_create1(EPOLL_CLOEXEC));
   epoll_event ev{};
   ev.events = EPOLLIN;
@@ -456,6 +468,8 @@ bool ask(const std::string& path, const std::string& cmd, const Json& args, size
     *err = fmt::format("cannot reach the switch at {}: {}", path, strerror(errno));
     return false;
   }
+  // `upgrade` answers once its successor forwards: up to 40 s (app/switch_upgrade.cpp).
+  if (cmd == "upgrade") set_timeout(s.get(), 60);
   const Json req = {{"cmd", cmd}, {"args", args}};
   std::string line;
   if (!write_all(s.get(), req.dump() + "\n") || !read_line(s.get(), &line, limit, budget_ms)) {

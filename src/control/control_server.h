@@ -95,6 +95,11 @@ class ControlServer {
   /// "switch": {"control": PATH, "pid": N}: which switch answered.
   bool listen(const std::string& path, const ListenOptions& opts, std::string* err);
   bool listen(const std::string& path, std::string* err) { return listen(path, {}, err); }
+  /// Serves on a predecessor's listening socket `listener` bound at `path` (`ctl upgrade`):
+  /// the file stays as it is. False with `*err`.
+  bool adopt(UniqueFd listener, const std::string& path, std::string* err);
+  /// The listening socket, or -1.
+  int listen_fd() const { return listen_.get(); }
   void close();
   /// An epoll fd, readable when a client connects or sends: add it to the caller's epoll
   /// and call on_ready() when it is readable.
@@ -128,6 +133,8 @@ class ControlServer {
   const Counters& counters() const { return counters_; }
 
  private:
+  /// listen()'s and adopt()'s end: the epoll set and the reply identity for `s`.
+  bool serve_on(UniqueFd s, const std::string& path, std::string* err);
   struct Client {
     UniqueFd fd;
     int64_t deadline_ms;  // mono_ms() (util/clock.h): request budget, then the reply's

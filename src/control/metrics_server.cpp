@@ -95,7 +95,7 @@ bool MetricsServer::parse_listen(const std::string& spec, std::string* addr, uin
   return true;
 }
 
-bool MetricsServer::start(const std::string& spec, std::string* err) {
+bool MetricsServer::start(const std::string& spec, std::string* err, int adopt_fd) {
   std::string addr;
   uint16_t port;
   if (!parse_listen(spec, &addr, &port, err)) return false;
@@ -119,6 +119,7 @@ bool MetricsServer::start(const std::string& spec, std::string* err) {
   daemon_ = MHD_start_daemon(
       flags, port, nullptr, nullptr, &MetricsRequest::on_request, this,
       MHD_OPTION_SOCK_ADDR, reinterpret_cast<sockaddr*>(&ss),
+      MHD_OPTION_LISTEN_SOCKET, adopt_fd,  // -1 (MHD_INVALID_SOCKET): MHD makes its own
       MHD_OPTION_CONNECTION_LIMIT, kMaxConnections,
       MHD_OPTION_PER_IP_CONNECTION_LIMIT, kPerIp,
       MHD_OPTION_CONNECTION_TIMEOUT, kTimeoutS,
@@ -134,6 +135,11 @@ bool MetricsServer::start(const std::string& spec, std::string* err) {
   spdlog::info("metrics: serving http://{}{}{}:{}/metrics", flags & MHD_USE_IPv6 ? "[" : "", addr,
                flags & MHD_USE_IPv6 ? "]" : "", port_);
   return true;
+}
+
+int MetricsServer::listen_fd() const {
+  const MHD_DaemonInfo* info = daemon_ ? MHD_get_daemon_info(daemon_, MHD_DAEMON_INFO_LISTEN_FD) : nullptr;
+  return info ? info->listen_fd : -1;
 }
 
 void MetricsServer::stop() {

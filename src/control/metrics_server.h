@@ -50,7 +50,10 @@ class MetricsServer {
   /// `addr` and `port`. False with `*err` for anything else.
   static bool parse_listen(const std::string& spec, std::string* addr, uint16_t* port, std::string* err);
   /// Listens on `spec` ("[ADDR:]PORT", parse_listen) and starts serving. False with `*err`.
-  bool start(const std::string& spec, std::string* err);
+  /// `adopt_fd`: a predecessor's listening socket on `spec` (`ctl upgrade`), taken over.
+  bool start(const std::string& spec, std::string* err, int adopt_fd = -1);
+  /// The listening socket, or -1 (not running).
+  int listen_fd() const;
   /// Stops serving: open connections are closed; no scrape is answered after.
   void stop();
   bool running() const { return daemon_ != nullptr; }

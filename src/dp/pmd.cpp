@@ -482,7 +482,14 @@ void PmdSet::post_and_wait(const std::vector<std::vector<RxqId>>& lists) {
   }
 }
 
+void PmdSet::hold(bool on) {
+  held_ = on;
+  if (on) post_and_wait(std::vector<std::vector<RxqId>>(threads_.size()));
+  else reassign(true);
+}
+
 void PmdSet::reassign(bool force) {
+  if (held_) return;
   const std::vector<RxqId> rxqs = current_rxqs();
   if (!force) {
     size_t assigned = 0;

@@ -204,6 +204,10 @@ class PmdSet final : public port::Quiescer {
   /// moves rxqs between threads safely (see the top of this file). `force`: even if the
   /// set of rxqs did not change (`ctl pmd-rebalance`). Control thread only.
   void reassign(bool force);
+  /// `ctl upgrade`: every thread gives up all its rxqs (delivering what it holds) and polls
+  /// none until hold(false), which assigns them again; meanwhile port changes assign
+  /// nothing. So every port stops at once: no frame is sent to a port already paused.
+  void hold(bool on);
   /// Assignments made since start (for tests and pmd-stats).
   uint64_t reassignments() const { return reassignments_; }
 
@@ -235,6 +239,7 @@ class PmdSet final : public port::Quiescer {
   uint64_t routed_seen_[kMaxPmdThreads][port::kMaxPorts] = {};  // place_rx_writers' last look
   uint64_t writer_moves_ = 0;
   bool running_ = false;
+  bool held_ = false;  ///< hold()
   RxqLoad load_[port::kMaxPorts][port::kMaxQueuePairs];
   int owner_[port::kMaxPorts][port::kMaxQueuePairs];    ///< thread index or -1
   int kick_fd_[port::kMaxPorts][port::kMaxQueuePairs];  ///< registered kick fd or -1

@@ -109,6 +109,25 @@ bool VhostPort::start(std::string* err) {
   return true;
 }
 
+bool VhostPort::adopt(UniqueFd listen, vhost::BackendSnapshot* s, std::string* err) {
+  if (cfg_.mode == SocketMode::kServer && listen.valid()) {
+    if (!file_.record(cfg_.path)) {
+      *err = fmt::format("port {}: {}: {}", cfg_.name, cfg_.path, strerror(errno));
+      return false;
+    }
+    listen_ = std::move(listen);
+  } else if (cfg_.mode == SocketMode::kServer && !start(err)) {
+    return false;
+  }
+  if (!s) return cfg_.mode == SocketMode::kServer || start(err);
+  if (!backend_.adopt(*s, err)) {
+    *err = fmt::format("port {}: {}", cfg_.name, *err);
+    return false;
+  }
+  ++connects_;
+  return true;
+}
+
 void VhostPort::stop() {
   if (backend_.connected()) backend_.disconnect();
   if (listen_.valid()) {

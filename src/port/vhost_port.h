@@ -48,6 +48,14 @@ class VhostPort final : public Port, public vhost::DeviceHost {
   /// Closes the connection, the listening socket, and removes the socket file.
   void stop() override;
 
+  // ---- Upgrade (`ctl upgrade`, app/switch_upgrade.cpp) ----
+  /// The listening socket (server mode), or -1.
+  int listen_fd() const { return listen_.get(); }
+  /// Starts on a predecessor's sockets instead of start(): `listen` (server mode; none:
+  /// listens anew) and, when `s` is not null, its connection with its device state
+  /// (vhost::Backend::adopt). Takes the fds. False with `*err`.
+  bool adopt(UniqueFd listen, vhost::BackendSnapshot* s, std::string* err);
+
   /// The fd the control loop should watch: the connection if connected, else the
   /// listening socket (server) or -1 (client, waiting to retry).
   int watch_fd() const override;

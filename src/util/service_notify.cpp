@@ -35,6 +35,10 @@ void notify_ready(std::string_view status) { send("READY=1\nSTATUS=" + one_line(
 
 void notify_status(std::string_view status) { send("STATUS=" + one_line(status)); }
 
+void notify_main_pid(long pid, std::string_view status) {
+  send("MAINPID=" + std::to_string(pid) + "\nREADY=1\nSTATUS=" + one_line(status));
+}
+
 void notify_reloading() { send("RELOADING=1\nMONOTONIC_USEC=" + std::to_string(mono_us())); }
 
 void notify_stopping() { send("STOPPING=1\nSTATUS=stopping"); }

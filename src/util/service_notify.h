@@ -14,6 +14,9 @@ namespace vl::service {
 void notify_ready(std::string_view status);
 /// STATUS=`status` alone (shown by `systemctl status`).
 void notify_status(std::string_view status);
+/// `ctl upgrade`: the service's main process is `pid` from now on (MAINPID=, with READY=1
+/// and STATUS=), sent by the predecessor before it exits, so systemd follows the successor.
+void notify_main_pid(long pid, std::string_view status);
 /// RELOADING=1 and MONOTONIC_USEC= (CLOCK_MONOTONIC, µs, as systemd 253's Type=notify-reload
 /// wants): a reload began; notify_ready() ends it.
 void notify_reloading();

@@ -161,6 +161,36 @@ struct BackendOptions {
   static BackendOptions defaults();
 };
 
+/// A connection's device state as a successor process takes it over (`ctl upgrade`;
+/// docs/architecture.md "Upgrade"): what the front-end's messages set, each ring's position,
+/// and the fds. Backend::snapshot fills it with fds the back-end keeps owning;
+/// Backend::adopt takes ownership of every fd in it (>= 0).
+struct BackendSnapshot {
+  struct Ring {
+    uint32_t num = 0;
+    VringAddr addr{};
+    bool addr_set = false;
+    bool base_set = false;
+    /// Where the ring resumes (split: the next avail index; packed: vhost-user.rst's
+    /// slot and wrap counters), taken with the datapath paused: nothing in flight.
+    uint32_t base = 0;
+    bool started = false, enabled = false;
+    int kick = -1, call = -1, err = -1;
+  };
+  int conn = -1;       ///< the vhost-user connection
+  int link_chan = -1;  ///< the direct-link channel (VL_LINK_CHANNEL), or -1
+  uint64_t features = 0, protocol_features = 0;
+  bool features_set = false;
+  uint32_t mtu = 0;
+  bool rarp_mac_set = false;
+  uint8_t rarp_mac[6] = {};
+  uint32_t nregions = 0;
+  virtio::MemRegionDesc regions[virtio::GuestMemory::kMaxRegions] = {};
+  int mem_fds[virtio::GuestMemory::kMaxRegions] = {-1, -1, -1, -1, -1, -1, -1, -1};
+  uint32_t nrings = 0;  ///< vrings 0..nrings-1 (2 per queue pair)
+  Ring rings[kMaxVrings];
+};
+
 class Backend {
  public:
   /// `opts.queue_pairs` is clamped to 1..kMaxQueuePairs; VIRTIO_NET_F_MQ is offered only
@@ -180,6 +210,16 @@ class Backend {
 
   /// Stops the rings, unmaps guest memory and closes every fd of this connection.
   void disconnect();
+
+  /// The connection's state for a successor (backend_handover.cpp). Call with the
+  /// datapath paused; changes nothing; the fds stay this back-end's.
+  void snapshot(BackendSnapshot* s) const;
+  /// Serves the connection `s` describes (this back-end not connected), as if its front-end
+  /// had sent the messages that made it: maps the memory table, binds each ready ring at
+  /// its base, and signals each ready ring's call fd once (a notification a predecessor may
+  /// have owed). Takes every fd in `s`, closing them on failure. False with `*err` (a
+  /// memory table that does not map, more queue pairs or features than this port offers).
+  bool adopt(BackendSnapshot& s, std::string* err);
 
   // ---- State (read by the port; stable while the datapath is paused or resumed) ----
   Vring& vring(uint32_t i) { return vrings_[i]; }

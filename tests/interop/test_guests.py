@@ -509,6 +509,62 @@ class Guests(unittest.TestCase):
                 self.assertEqual(g.console.count(r"^VL-READY "), 1)
 
 
+    # -- 9. upgrade under traffic ------------------------------------------------------------
+    @vltest.ctest("qemu_upgrade", timeout=240, qemu=True)
+    def test_upgrade(self):
+        """`ctl upgrade` to the same binary 5 times while g1 pings g2 every 10 ms and fetches
+        10 MiB from it: no ping lost, the file arrives whole, neither guest's link changed
+        (carrier_changes, no reconnect: `connects` stays 1), no reboot; each successor maps
+        the same guest memory and holds the old process's sockets; the MAC table is kept.
+        Interrupt mode: the guests' kicks must wake the successor's PMD thread."""
+        with vlguest.GuestTestbed(self) as tb:
+            tb.start_switch(ports=["vm1", "vm2"], forward="bridge",
+                            extra=["--pmd-mode", "interrupt"])
+            g1, g2 = self.boot_pair(tb)
+            ping(self, g1, g2, count=3)
+            carrier = [g.run("cat /sys/class/net/eth0/carrier_changes") for g in (g1, g2)]
+            tx_sum, tx_len = g2.make_file(10240)
+            g2.serve_file(XFER_PORT)
+            g1.run("ping -c 700 -i 0.01 -W 2 %s >/tmp/ping.log 2>&1 &" % g2.addr)
+            h = g1.start_cmd("nc %s %d </dev/null >/tmp/rx && md5sum /tmp/rx && wc -c </tmp/rx"
+                             % (g2.addr, XFER_PORT))
+            paused = []
+            for k in range(5):
+                time.sleep(0.8)
+                old = tb.switch.pid
+                maps0 = sorted(m for m in vlguest.proc_maps(old) if m[1].startswith("/memfd:"))
+                socks0 = {t for t in vlguest.proc_fds(old).values() if t.startswith("socket:")}
+                ok, res = tb.upgrade()
+                self.assertTrue(ok, res)
+                new = res["pid"]
+                paused.append(res["paused_ms"])
+                self.assertEqual(sorted(m for m in vlguest.proc_maps(new)
+                                        if m[1].startswith("/memfd:")), maps0)
+                self.assertLessEqual(socks0, {t for t in vlguest.proc_fds(new).values()
+                                              if t.startswith("socket:")})
+                self.assertGreater(len(maps0), 0)
+            status, out = g1.wait_cmd(h, timeout=180)
+            rx_sum, rx_len = out[-2].split()[0], int(out[-1])
+            g2.served()
+            p = parse_ping(g1.run("wait; cat /tmp/ping.log", timeout=60))
+            log("across 5 upgrades (datapath paused %s ms): ping %s; 10 MiB md5 %s/%s" %
+                (", ".join("%.1f" % x for x in paused), fmt_ping(p), tx_sum, rx_sum))
+            self.assertEqual((rx_len, rx_sum), (tx_len, tx_sum), "the file arrived changed")
+            self.assertEqual((p["tx"], p["rx"]), (700, 700), p)
+            self.assertEqual([g.run("cat /sys/class/net/eth0/carrier_changes") for g in (g1, g2)],
+                             carrier, "a guest's link went down and up")
+            info = tb.ports_info()
+            self.assertEqual([info[x]["connects"] for x in ("vm1", "vm2")], [1, 1])
+            for g in (g1, g2):
+                self.assertEqual(g.console.count(r"^VL-READY "), 1, "guest %s rebooted" % g.name)
+            fdb = tb.fdb()
+            self.assertEqual((fdb.get(MAC1), fdb.get(MAC2)), ("vm1", "vm2"), fdb)
+            st = tb.wait_quiet()
+            vltest.assert_no_corruption(self, st)
+            by = vltest.drops_by_reason(st)
+            self.assertEqual(sum(by.values()), 0, by)
+
+
 def usage(u):
     return "%d fds, %d mappings %.1f MiB (memfd: %d, %.0f MiB)" % (
         u["fds"], u["maps"], u["mapped_bytes"] / 2**20, u["memfd_maps"],

@@ -828,5 +828,101 @@ TEST_F(BackendTest, RingBreakingStopsOnlyThatRing) {
   EXPECT_TRUE(be->vring(kTxVring).ready) << be->vring(kTxVring).why_not;
 }
 
+// ---------------------------------------------------------------- upgrade (ctl upgrade)
+
+/// Dups every fd of a snapshot (a successor gets its own copies through SCM_RIGHTS).
+BackendSnapshot dup_fds(BackendSnapshot s) {
+  auto d = [](int fd) { return fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1; };
+  s.conn = d(s.conn);
+  s.link_chan = d(s.link_chan);
+  for (int& fd : s.mem_fds) fd = d(fd);
+  for (auto& r : s.rings) {
+    r.kick = d(r.kick);
+    r.call = d(r.call);
+    r.err = d(r.err);
+  }
+  return s;
+}
+
+TEST_F(BackendTest, AdoptedSnapshotResumesEveryRingWhereItStopped) {
+  negotiate();
+  ASSERT_EQ(acked(Req::kNetSetMtu, uint64_t{1400}), 0u) << why;
+  for (int i = 0; i < 5; ++i) rings[kTxVring]->add_tx(test::make_frame(60));
+  auto& txq = be->vring(kTxVring).q;
+  auto arena = std::make_unique<virtio::SegmentArena>();
+  for (int i = 0; i < 3; ++i) {  // 3 of 5 taken and used; 2 wait in the ring
+    virtio::Chain c{};
+    ASSERT_EQ(txq.pop<false>(*arena, &c), virtio::PopStatus::kOk);
+    txq.push_used(c.head, 0);
+  }
+  txq.publish_used();
+  eventfd_t n;
+  eventfd_read(call[kRxVring].get(), &n);  // (whatever was signalled so far)
+  eventfd_read(call[kTxVring].get(), &n);
+
+  BackendSnapshot s;
+  host.pause_datapath();
+  be->snapshot(&s);
+  host.resume_datapath();
+  EXPECT_EQ(s.nregions, 2u);
+  EXPECT_EQ(s.nrings, 2 * kMaxQueuePairs);
+  EXPECT_EQ(s.rings[kTxVring].base, 3u);
+  EXPECT_EQ(s.mtu, 1400u);
+  EXPECT_EQ(s.conn, be->fd());
+
+  CountingHost host2;
+  Backend next(&host2, BackendOptions::defaults());
+  BackendSnapshot mine = dup_fds(s);
+  std::string err;
+  ASSERT_TRUE(next.adopt(mine, &err)) << err;
+  EXPECT_TRUE(next.connected());
+  EXPECT_EQ(next.features(), kAcked);
+  EXPECT_EQ(next.protocol_features(), kOfferedProto);
+  EXPECT_EQ(next.mtu(), 1400u);
+  ASSERT_NE(next.memory(), nullptr);
+  EXPECT_EQ(next.memory()->region_count(), 2u);
+  for (uint32_t i = 0; i < kNumVrings; ++i) {
+    EXPECT_TRUE(next.vring(i).ready) << i << ": " << next.vring(i).why_not;
+    // Each ready ring's call fd is signalled once (a notification the old one may have owed).
+    EXPECT_EQ(eventfd_read(call[i].get(), &n), 0) << i;
+  }
+  auto& q2 = next.vring(kTxVring).q;
+  EXPECT_EQ(q2.last_avail(), 3);
+  EXPECT_EQ(q2.pending(), 2);  // the two chains not taken are the successor's to take
+  virtio::Chain c{};
+  ASSERT_EQ(q2.pop<false>(*arena, &c), virtio::PopStatus::kOk);
+  q2.push_used(c.head, 0);
+  q2.publish_used();
+  EXPECT_EQ(rings[kTxVring]->used_idx(), 4);
+  // The connection is the same socket: a message from the front-end reaches the successor.
+  ASSERT_TRUE(peer->send_empty(Req::kGetFeatures));
+  ASSERT_TRUE(next.on_readable(&why)) << why;
+  auto rep = peer->recv();
+  ASSERT_TRUE(rep.has_value());
+  EXPECT_EQ(rep->u64(), kOffered);
+}
+
+TEST_F(BackendTest, AdoptRefusesWhatThisPortDoesNotOfferAndClosesTheFds) {
+  negotiate();
+  BackendSnapshot s;
+  be->snapshot(&s);
+  // A successor configured with fewer queue pairs, then one without offloads.
+  for (int k = 0; k < 2; ++k) {
+    auto o = BackendOptions::defaults();
+    if (k == 0) o.queue_pairs = 2;
+    else o.features &= ~vl::vhost::kOffloadFeatures;
+    CountingHost h;
+    Backend next(&h, o);
+    BackendSnapshot mine = dup_fds(s);
+    const int conn = mine.conn;
+    std::string err;
+    EXPECT_FALSE(next.adopt(mine, &err));
+    EXPECT_NE(err.find(k == 0 ? "vrings handed" : "not offered here"), std::string::npos) << err;
+    EXPECT_FALSE(next.connected());
+    EXPECT_EQ(fcntl(conn, F_GETFD), -1);  // closed
+  }
+  EXPECT_TRUE(be->connected());  // the first back-end's connection is untouched
+}
+
 }  // namespace
 }  // namespace vl::vhost

@@ -38,7 +38,7 @@ TEST(CtlCommandTable, SynopsisIsTheHelpOfCtl) {
             "stats | ports | fdb [PORT] [all] | pmd-stats | pmd-rxq-show | pmd-rebalance | "
             "set-flush PORT|all POLICY | links | link A B | unlink A B | "
             "add-port [--may-exist] NAME TYPE ARG [KEY=VALUE ...] | del-port [--if-exists] NAME | "
-            "set-port NAME KEY=VALUE ... | stats-clear | reload | version | show | "
+            "set-port NAME KEY=VALUE ... | stats-clear | reload | upgrade [BINARY] | version | show | "
             "capture PORT rx|tx|both --file F|- [--count N] [--snaplen B] [--duration S] "
             "[--filter BPF] | mirror PORT rx|tx|both to OUTPORT | PORT off | log-level [LEVEL] | "
             "trace PORT HEX|--pcap FILE");
@@ -203,7 +203,7 @@ TEST_F(RunningSwitch, UnknownCommandListsTheTable) {
   EXPECT_FALSE(ctl("stat", {}, &r, &err));
   EXPECT_EQ(err, "unknown command 'stat' (commands: add-port, capture, del-port, fdb, link, links, "
                  "log-level, mirror, pmd-rebalance, pmd-rxq-show, pmd-stats, ports, reload, set-flush, "
-                 "set-port, show, stats, stats-clear, trace, unlink, version)");
+                 "set-port, show, stats, stats-clear, trace, unlink, upgrade, version)");
 }
 
 TEST_F(RunningSwitch, WrongArgumentCountIsAUsageError) {
