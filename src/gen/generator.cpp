@@ -45,6 +45,7 @@ nlohmann::json GenResult::to_json() const {
                    {"p999", r.latency.percentile(0.999)}}},
                  {"latency_histogram", hist},
                  {"mean_interval_ns", r.mean_interval_ns},
+                 {"max_rx_gap_ns", r.max_rx_gap_ns},
                  {"schedule_error_ns_mean", r.schedule_error_ns_mean},
                  {"schedule_error_ns_max", r.schedule_error_ns_max}});
   }
@@ -212,6 +213,8 @@ struct TxStream {
 struct RxStream {
   SequenceTracker seq;
   LatencyHistogram lat;
+  uint64_t last_rx = 0;  ///< TSC of the burst the last new frame came in
+  uint64_t max_gap = 0;  ///< longest TSC interval between two bursts with new frames
 };
 
 // One trial of Generator::run(): its streams, schedule and counters, and the steps of the
@@ -427,8 +430,10 @@ inline void Trial::account(const uint8_t* fr, uint32_t len, uint32_t p, uint64_t
       (si = tr.stream & 0xffffu) < tx_.size() && tx_[si].peer == p) {
     if (cfg_.check_payload && !payload_intact(fr, len)) [[unlikely]] {
       ++corrupted_;
-    } else if (rx_[si].seq.on_frame(tr.seq)) {
-      rx_[si].lat.record(rx_now > tr.tsc ? static_cast<uint64_t>(clock_.ns(rx_now - tr.tsc)) : 0);
+    } else if (RxStream& rs = rx_[si]; rs.seq.on_frame(tr.seq)) {
+      rs.lat.record(rx_now > tr.tsc ? static_cast<uint64_t>(clock_.ns(rx_now - tr.tsc)) : 0);
+      if (rs.last_rx && rx_now - rs.last_rx > rs.max_gap) rs.max_gap = rx_now - rs.last_rx;
+      rs.last_rx = rx_now;
     }
   } else {
     ++foreign_;
@@ -453,6 +458,7 @@ StreamResult Trial::stream_result(size_t s) const {
   r.reordered = sq.reordered();
   r.out_of_range = sq.out_of_range();
   r.latency = rx_[s].lat;
+  r.max_rx_gap_ns = clock_.ns(rx_[s].max_gap);
   r.first_tx_tsc = t.first;
   r.last_tx_tsc = t.last;
   r.schedule_error_ns_mean =

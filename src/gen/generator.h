@@ -73,6 +73,9 @@ struct StreamResult {
   double schedule_error_ns_mean = 0;  ///< mean of (departure - planned departure)
   double schedule_error_ns_max = 0;
   double mean_interval_ns = 0;  ///< (last - first departure) / (offered - 1)
+  /// Longest time between two receive bursts that brought new frames of this stream (ns):
+  /// an outage of the path, next to mean_interval_ns (`virtlink bench upgrade`).
+  double max_rx_gap_ns = 0;
 };
 
 /// A port as a trial saw it: what it is, and a wire's counters over the port's life.
