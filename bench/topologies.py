@@ -493,8 +493,11 @@ class OvsSwitch:
     Stopped by PID through the Testbed (SIGINT, then SIGKILL)."""
     name = "ovs-dpdk"
 
-    def __init__(self, tb, mode="xconnect", tx_flush_interval=None):
+    def __init__(self, tb, mode="xconnect", tx_flush_interval=None, client_paths=None):
+        """`client_paths`: {port: socket path}: those ports are dpdkvhostuserclient (OVS
+        connects to a front-end listening there, and reconnects after a restart)."""
         self.tb, self.mode, self.flush = tb, mode, tx_flush_interval
+        self.client_paths = client_paths or {}
         self.dir = os.path.join(tb.dir, "ovs")
         self.db = os.path.join(self.dir, "db.sock")
         self.env = None
@@ -571,17 +574,7 @@ class OvsSwitch:
         if self.flush is not None:
             self.vsctl("--no-wait", "set", "Open_vSwitch", ".",
                        "other_config:tx-flush-interval=%d" % self.flush)
-        p = vltest.Proc("ovs-vswitchd", [
-            OVS_VSWITCHD, "unix:" + self.db,
-            "--pidfile=" + os.path.join(self.dir, "ovs-vswitchd.pid"),
-            "--unixctl=" + os.path.join(self.dir, "ovs-vswitchd.ctl"),
-            "--log-file=" + os.path.join(self.dir, "ovs-vswitchd.log")], tb.dir, env=self.env)
-        tb.procs.append(p)
-        self.procs.insert(0, p)  # stopped before ovsdb-server
-        vltest._wait(lambda: os.path.exists(os.path.join(self.dir, "ovs-vswitchd.ctl"))
-                     or not p.alive(), 60, "ovs-vswitchd's control socket")
-        if not p.alive():
-            raise RuntimeError("ovs-vswitchd exited:\n" + p.output()[-3000:])
+        self._start_vswitchd()
         # Bridges: one for p2p and cross-connects; NORMAL with VNFs needs one per side.
         self.bridges = self._bridges(ports)
         n_up = 0
@@ -597,14 +590,52 @@ class OvsSwitch:
                                *mtu, "ofport_request=%d" % (i + 1))
                     n_up += 1
                     continue
+                if name in self.client_paths:
+                    self.vsctl("add-port", br, name, "--", "set", "Interface", name,
+                               "type=dpdkvhostuserclient",
+                               "options:vhost-server-path=%s" % self.client_paths[name],
+                               "ofport_request=%d" % (i + 1))
+                    continue
                 self.vsctl("add-port", br, name, "--", "set", "Interface", name,
                            "type=dpdkvhostuser", "ofport_request=%d" % (i + 1))
         self._flows()
         self.ports = ports
-        socks = {p: os.path.join(self.dir, p) for p in ports if p not in uplinks}
+        socks = {p: os.path.join(self.dir, p) for p in ports
+                 if p not in uplinks and p not in self.client_paths}
         vltest._wait(lambda: all(os.path.exists(s) for s in socks.values()), 30,
                      "OVS's dpdkvhostuser sockets")
         return socks
+
+    def _start_vswitchd(self):
+        p = vltest.Proc("ovs-vswitchd", [
+            OVS_VSWITCHD, "unix:" + self.db,
+            "--pidfile=" + os.path.join(self.dir, "ovs-vswitchd.pid"),
+            "--unixctl=" + os.path.join(self.dir, "ovs-vswitchd.ctl"),
+            "--log-file=" + os.path.join(self.dir, "ovs-vswitchd.log")], self.tb.dir, env=self.env)
+        self.tb.procs.append(p)
+        self.procs.insert(0, p)  # stopped before ovsdb-server
+        vltest._wait(lambda: os.path.exists(os.path.join(self.dir, "ovs-vswitchd.ctl"))
+                     or not p.alive(), 60, "ovs-vswitchd's control socket")
+        if not p.alive():
+            raise RuntimeError("ovs-vswitchd exited:\n" + p.output()[-3000:])
+        self.vswitchd = p
+
+    def restart_vswitchd(self):
+        """ovs-vswitchd stopped with SIGTERM and started again on the same database (its
+        ports come back from it); the OpenFlow flows, which OVS does not keep, are added
+        again as soon as it answers."""
+        self.vswitchd.stop(signal.SIGTERM, timeout=30)
+        self.procs.remove(self.vswitchd)
+        os.rename(self.vswitchd.log_path, self.vswitchd.log_path + ".%d" % time.time_ns())
+        self._start_vswitchd()
+        vltest._wait(lambda: self._try_flows(), 60, "ovs-vswitchd's bridge after a restart")
+
+    def _try_flows(self):
+        try:
+            self._flows()
+            return True
+        except RuntimeError:
+            return False
 
     def _flows(self):
         for br, bports in self.bridges:

@@ -29,6 +29,9 @@ that produced them (--json; plots in bench/results/). Every benchmark measures i
   tcp, ping        guests: iperf3 throughput with offloads on/off, ping RTT and flood ping,
                    through virtlink, QEMU userspace networking and native namespaces
                    (bench/tcp_bench.py, bench/ping_bench.py; options: NAME --help)
+  upgrade          `ctl upgrade` under traffic: frames lost and the longest gap, against a
+                   no-upgrade baseline and restarts with reconnect of virtlink and OVS-DPDK
+                   (bench/upgrade_bench.py)
   soak             N minutes (10; --quick 1) of traffic with port churn: the switch's RSS,
                    fds and mappings over time, flat or not (bench/soak_bench.py)
   loopback         the most a path carries when the traffic side sends as fast as the rings
@@ -664,6 +667,7 @@ BENCHES = [
     ("tcp", "iperf3 between guests through virtlink, QEMU userspace networking and native"),
     ("ping", "ping RTT between guests through virtlink (poll/interrupt/adaptive), QEMU, native"),
     ("soak", "traffic with port churn for minutes: switch RSS, fds and mappings over time"),
+    ("upgrade", "ctl upgrade vs restart (virtlink, OVS-DPDK): frames lost, longest gap"),
 ]
 
 
@@ -701,6 +705,9 @@ def main():
     if sys.argv[1:2] == ["chain"]:  # VNF chains, switched and direct: chain_bench.py
         import chain_bench
         return chain_bench.main(sys.argv[2:])
+    if sys.argv[1:2] == ["upgrade"]:  # ctl upgrade vs restarts: upgrade_bench.py
+        import upgrade_bench
+        return upgrade_bench.main(sys.argv[2:])
     if sys.argv[1:2] == ["soak"]:  # resources over time under traffic and port churn
         import soak_bench
         return soak_bench.main(sys.argv[2:])
