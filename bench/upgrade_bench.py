@@ -179,6 +179,7 @@ def upgrade_trials(opts, rows):
                         extra=["--pmd-mode", "poll"])
         for k in range(opts.trials):
             for method in ("baseline", "upgrade"):
+                d0 = vltest.drops_by_reason(tb.switch_stats())
                 doc, reply = gen_trial(tb, opts.rate, opts.duration,
                                        opts.duration / 2 if method == "upgrade" else None,
                                        "gen-%s-%d" % (method, k))
@@ -190,14 +191,17 @@ def upgrade_trials(opts, rows):
                 offered = sum(s["offered"] for s in doc["streams"])
                 gap = max(s["max_rx_gap_ns"] for s in doc["streams"]) / 1e6
                 paused = reply["paused_ms"] if reply else None
-                log("%s %d: offered %d, lost %d, held by the front-end %d, longest gap %.2f ms%s" % (
-                    method, k, offered, lost, held, gap,
+                d1 = vltest.drops_by_reason(tb.switch_stats())
+                drops = {k: v - d0.get(k, 0) for k, v in d1.items() if v - d0.get(k, 0)}
+                log("%s %d: offered %d, lost %d (switch drops %s), held by the front-end %d, "
+                    "longest gap %.2f ms%s" % (method, k, offered, lost, drops or "none", held, gap,
                     ", datapath paused %.2f ms" % paused if paused else ""))
                 rows.append(report.row(experiment="upgrade", topology="p2p", switch="virtlink",
                                        mode="xconnect", pmd_mode="poll", frame_size=64,
                                        streams=2, trial_s=opts.duration, method=method,
                                        event="upgrade" if reply else None, ports="vhost-user",
                                        rate_pps=opts.rate, offered=offered, lost=lost, held=held,
+                                       switch_drops=drops,
                                        gap_ms=gap, paused_ms=paused, repeat=k))
 
 
@@ -205,10 +209,11 @@ def table(rows):
     out = ["%-9s %-9s %-8s %-20s %8s %8s %10s %11s" % ("switch", "method", "event", "ports",
                                                        "lost", "held", "gap (ms)", "paused (ms)")]
     for r in rows:
-        out.append("%-9s %-9s %-8s %-20s %8s %8s %10.2f %11s" % (
+        out.append("%-9s %-9s %-8s %-20s %8s %8s %10.2f %11s%s" % (
             r["switch"], r["method"], r["event"] or "-", r["ports"],
             "-" if r["lost"] is None else r["lost"], "-" if r.get("held") is None else r["held"],
-            r["gap_ms"], "-" if r.get("paused_ms") is None else "%.2f" % r["paused_ms"]))
+            r["gap_ms"], "-" if r.get("paused_ms") is None else "%.2f" % r["paused_ms"],
+            "  switch drops %s" % r["switch_drops"] if r.get("switch_drops") else ""))
     out.append("lost: frames the switch was given and did not deliver (gen's sequence numbers); "
                "held: frames the front-end could not post while its ring was full (a guest "
                "holds them; gen, like a NIC, counts them lost). restart rows: no loss counted.")

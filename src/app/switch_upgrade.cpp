@@ -307,6 +307,9 @@ bool Switch::upgrade(const std::vector<std::string>& argv, Json* out, control::T
     return fail(why);
   }
   const uint64_t t_done = mono_ns();
+  // Our PMD threads poll nothing (held) but would spin on the successor's CPUs until this
+  // process exits: they stop now.
+  pmds_->stop();
   handover_done_ = true;
   handover_ns_ = mono_ns();
   service::notify_main_pid(pid, fmt::format("upgraded: pid {} forwards now", pid));

@@ -109,7 +109,11 @@ uint64_t PmdThread::post_rxqs(const std::vector<RxqId>& l) {
 void PmdThread::apply_rxqs() {
   // Everything held goes out first: every chain taken from the rxqs being given up is back
   // in its transmit queue's used ring before another thread may poll that queue, with the
-  // calls noted for it (that thread then writes the call fd alone).
+  // calls noted for it (that thread then writes the call fd alone). Frames kept for a
+  // retry (their receive queue full) get their tx_retry_us first, as on any pass: giving
+  // rxqs up (a rebalance, `ctl upgrade`'s hold) is no reason to drop them.
+  while (fw_->flush_before_sleep() != 0) {
+  }
   fw_->flush_all();
   fw_->send_all_calls();
   send_noted_calls();
