@@ -535,6 +535,8 @@ class Testbed:
         res = json.loads(r.stdout)
         old = self.switch.p
         rc = old.wait(15)
+        if old.stdin:
+            old.stdin.close()
         if rc != 0:
             raise AssertionError("the switch handed over, then exited with status %s" % rc)
         self.switch.p = Orphan(res["pid"])

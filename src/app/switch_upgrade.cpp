@@ -310,6 +310,8 @@ bool Switch::upgrade(const std::vector<std::string>& argv, Json* out, control::T
   // Our PMD threads poll nothing (held) but would spin on the successor's CPUs until this
   // process exits: they stop now.
   pmds_->stop();
+  metrics_.stop();  // (its listening socket is the successor's: only our copy closes)
+  ctl_.retire(fmt::format("this switch (pid {}) handed over to pid {}: ask again", getpid(), pid));
   handover_done_ = true;
   handover_ns_ = mono_ns();
   service::notify_main_pid(pid, fmt::format("upgraded: pid {} forwards now", pid));

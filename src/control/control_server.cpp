@@ -197,7 +197,14 @@ void ControlServer::set_events(Client& c, uint32_t events) {
   c.events = events;
 }
 
+void ControlServer::retire(const std::string& why) {
+  refusal_ = why;
+  if (listen_.valid()) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, listen_.get(), nullptr);
+  listen_.reset();  // (our copy: the socket file and the successor's copy stay)
+}
+
 void ControlServer::accept_all() {
+  if (!listen_.valid()) return;
   for (;;) {
     UniqueFd c(accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!c.valid()) return;  // EAGAIN: none left (or a transient error: next readiness)
@@ -401,6 +408,8 @@ void ControlServer::start_reply(Client& c, const std::string& line) {
   if (req.is_discarded() || !req.is_object() || !req.contains("cmd") || !req["cmd"].is_string() ||
       !args->is_object()) {
     reply = kMalformed;
+  } else if (!refusal_.empty()) {
+    reply = {{"ok", false}, {"error", refusal_}};
   } else {
     const std::string cmd = req["cmd"];
     auto it = handlers_.find(cmd);

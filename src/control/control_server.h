@@ -100,6 +100,9 @@ class ControlServer {
   bool adopt(UniqueFd listener, const std::string& path, std::string* err);
   /// The listening socket, or -1.
   int listen_fd() const { return listen_.get(); }
+  /// After `ctl upgrade` handed the socket over: accepts no one more and answers every
+  /// request still to come with the error `why` (replies already made still go out).
+  void retire(const std::string& why);
   void close();
   /// An epoll fd, readable when a client connects or sends: add it to the caller's epoll
   /// and call on_ready() when it is readable.
@@ -166,6 +169,7 @@ class ControlServer {
 
   BoundSocketFile file_;  // the socket's file (util/unix_socket.h)
   UniqueFd listen_;
+  std::string refusal_;  ///< retire()
   UniqueFd epoll_;
   std::string path_;
   std::string identity_;  // `"switch":{"control":PATH,"pid":N}`, a member of every reply

@@ -14,6 +14,11 @@ successor takes every connection, guest memory and ring state; no frame is lost.
   Upgrade.test_two_pmds_two_queues
       bridge, 2 PMD threads, testpmd with 2 queue pairs per port: 3 upgrades; every queue
       of both ports carries frames after them, the MAC table is handed over, nothing lost.
+  Upgrade.test_refusals_and_systemd
+      a port under live migration (a front-end with LOG_ALL and a dirty log) makes the
+      upgrade refused, with the port named, and nothing starts; once logging stops, the
+      upgrade goes through; under a NOTIFY_SOCKET the old process hands the unit to the
+      successor (MAINPID=<new pid> with READY=1); the front-end's connection stays.
   Upgrade.test_failed_successors
       successors that fail to start (exit 1), answer in another hand-over format, refuse,
       or crash after taking the state and fds; a binary writable by others and one not
@@ -28,8 +33,10 @@ import stat
 import time
 import unittest
 
+from vltestlib import vhost_peer as hp
 from vltestlib import vltest
 from vltestlib import vlguest
+from vltestlib.notify_socket import NotifySocket
 
 LOOP = 32  # tx_first: one burst of 32 frames per port circulates
 
@@ -176,6 +183,39 @@ class Upgrade(unittest.TestCase):
                     self.assertGreater(q2["rx_packets"] + q2["tx_packets"],
                                        q1["rx_packets"] + q1["tx_packets"], (n, q2))
             self.finish(tb, tp, queues=2)
+
+    @vltest.ctest("interop_upgrade_refusals_systemd", timeout=90, asan=True)
+    def test_refusals_and_systemd(self):
+        with vltest.Testbed(self) as tb, NotifySocket(os.path.join(tb.dir, "notify")) as ns:
+            tb.start_switch(ports=["c"], forward="bridge", env=ns.env())
+            ns.wait(lambda m: m.get("READY") == "1", 15, "READY=1")
+            pid = tb.switch.pid
+            proto = hp.DEFAULT_PROTOCOL | hp.PROTO_LOG_SHMFD
+            g = hp.Guest(tb.sock("c")).negotiate(protocol=proto,
+                                                 features=hp.DEFAULT_FEATURES | hp.VHOST_F_LOG_ALL)
+            self.assertTrue(g.features & hp.VHOST_F_LOG_ALL, "LOG_ALL not offered")
+            log = hp.DirtyLogFd(hp.log_bytes_for(max(r.gpa + r.size for r in g.mem.regions)))
+            self.assertEqual(g.request(hp.SET_LOG_BASE, log.payload(), [log.fd], reply=True),
+                             b"\0" * 8)
+            vltest._wait(lambda: tb.switch_stats()["c"]["migration"]["logging"], 10, "logging")
+            before = set(os.listdir("/proc"))
+            ok, err = tb.upgrade()
+            self.assertFalse(ok)
+            self.assertIn("port c is being live-migrated", err)
+            self.assertEqual(tb.ctl("show")["switch"]["pid"], pid)
+            # Refused before anything started: no successor was spawned.
+            self.assertFalse(any(p.isdigit() and vltest.read_text("/proc/%s/cmdline" % p).find(
+                "--handover-fd") >= 0 for p in set(os.listdir("/proc")) - before
+                if os.path.exists("/proc/%s/cmdline" % p)))
+            self.assertEqual(g.u64(hp.SET_FEATURES, g.features & ~hp.VHOST_F_LOG_ALL), 0)
+            n0 = len(ns.messages)
+            ok, res = tb.upgrade()
+            self.assertTrue(ok, res)
+            i = ns.wait(lambda m: m.get("MAINPID") == str(res["pid"]), 10, "MAINPID", n0)
+            self.assertEqual(ns.messages[i][1].get("READY"), "1", ns.messages[i])
+            self.assertEqual(tb.ports_info()["c"]["connects"], 1)
+            g.close()
+            log.close()
 
     @vltest.ctest("interop_upgrade_failures", timeout=120, asan=True)
     def test_failed_successors(self):
