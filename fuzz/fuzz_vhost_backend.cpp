@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "fuzz_input.h"
+#include "util/fd_message.h"
 #include "util/log.h"
 #include "vhost/backend.h"
 #include "virtio/net_copy.h"
@@ -194,15 +195,7 @@ class Harness {
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
     alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * 10)];
-    if (nfds) {
-      mh.msg_control = cbuf;
-      mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-      cmsghdr* c = CMSG_FIRSTHDR(&mh);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-      std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
-    }
+    attach_fds(&mh, cbuf, fds, nfds);
     // The back-end may have closed its end (a refused message): EPIPE is fine.
     (void)sendmsg(peer_, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
   }

@@ -32,6 +32,17 @@ bool wait_for(int sock, short events, int timeout_ms, std::string* err) {
 
 }  // namespace
 
+void attach_fds(msghdr* mh, char* cbuf, const int* fds, size_t nfds) {
+  if (!nfds) return;
+  mh->msg_control = cbuf;
+  mh->msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+  cmsghdr* c = CMSG_FIRSTHDR(mh);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+  std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+}
+
 bool send_fd_message(int sock, const std::string& bytes, const int* fds, size_t nfds,
                      int timeout_ms, std::string* err) {
   if (bytes.size() > kFdMessageMax || nfds > kFdMessageMaxFds) {
@@ -45,15 +56,7 @@ bool send_fd_message(int sock, const std::string& bytes, const int* fds, size_t 
   msghdr mh{};
   mh.msg_iov = &iov;
   mh.msg_iovlen = 1;
-  if (nfds) {
-    mh.msg_control = cbuf;
-    mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-    cmsghdr* c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-    std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
-  }
+  attach_fds(&mh, cbuf, fds, nfds);
   for (;;) {
     if (!wait_for(sock, POLLOUT, timeout_ms, err)) return false;
     const ssize_t n = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);

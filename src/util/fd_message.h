@@ -1,6 +1,8 @@
 #pragma once
 // Messages with fds (SCM_RIGHTS) over a SOCK_SEQPACKET socket: the hand-over between a
 // running switch and its successor (`ctl upgrade`, docs/architecture.md "Upgrade").
+#include <sys/socket.h>
+
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -13,6 +15,10 @@ namespace vl {
 inline constexpr size_t kFdMessageMax = 60 * 1024;
 /// Most fds sent with one message (below the kernel's SCM_MAX_FD, 253).
 inline constexpr size_t kFdMessageMaxFds = 200;
+
+/// Puts `nfds` fds into `mh` as one SCM_RIGHTS message, in `cbuf` (room for them:
+/// CMSG_SPACE(sizeof(int) * nfds) bytes, aligned for cmsghdr). nfds 0: no control data.
+void attach_fds(msghdr* mh, char* cbuf, const int* fds, size_t nfds);
 
 /// Sends `bytes` (at most kFdMessageMax) with `nfds` fds (at most kFdMessageMaxFds; the
 /// caller keeps its own). Blocks up to `timeout_ms` for room. False with `*err`.

@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "util/fd_message.h"
+
 namespace vl::vhost {
 
 namespace {
@@ -142,15 +144,7 @@ bool Channel::send(uint32_t request, uint32_t flags, const void* payload, uint32
   msghdr mh{};
   mh.msg_iov = iov;
   mh.msg_iovlen = size ? 2 : 1;
-  if (nfds) {
-    mh.msg_control = cbuf;
-    mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-    cmsghdr* c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-    std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
-  }
+  attach_fds(&mh, cbuf, fds, nfds);
   size_t total = sizeof h + size;
   size_t sent = 0;
   while (sent < total) {
