@@ -11,6 +11,9 @@ successor takes every connection, guest memory and ring state; no frame is lost.
       mappings and vhost-user sockets as the old. At the end: taken = delivered + dropped
       over the whole run, and what testpmd received trails the switch's tx by at most the
       loop's population (nothing lost across 5 hand-overs).
+  Upgrade.test_packed_rings
+      the same loop on packed rings (packed_vq=1: their position is the avail slot with
+      both wrap counters, kept only by the switch): 3 upgrades, nothing lost.
   Upgrade.test_two_pmds_two_queues
       bridge, 2 PMD threads, testpmd with 2 queue pairs per port: 3 upgrades; every queue
       of both ports carries frames after them, the MAC table is handed over, nothing lost.
@@ -92,11 +95,11 @@ s.recv(16)
     return path
 
 
-def start_loop(tb, forward="xconnect", pmd_cores="1", queues=1):
+def start_loop(tb, forward="xconnect", pmd_cores="1", queues=1, packed=False):
     tb.start_switch(ports=["a", "b"], forward=forward, pmd_cores=pmd_cores)
     args = ["--rxq=%d" % queues, "--txq=%d" % queues] if queues > 1 else []
-    vdevs = ["net_virtio_user%d,path=%s,queues=%d,mac=02:00:00:00:00:0%s" % (i, tb.sock(n), queues, n)
-             for i, n in enumerate(("a", "b"))]
+    vdevs = ["net_virtio_user%d,path=%s,queues=%d,mac=02:00:00:00:00:0%s%s" % (
+        i, tb.sock(n), queues, n, ",packed_vq=1" if packed else "") for i, n in enumerate(("a", "b"))]
     tp = tb.start_testpmd("io", vdevs, "io", args=args, tx_first=True)
     tb.wait_connected(["a", "b"])
     tb.wait_counter("a", "rx_packets", 1, timeout=20)
@@ -161,6 +164,19 @@ class Upgrade(unittest.TestCase):
                 vltest.log("upgrade %d: pid %d, paused %.2f ms, %s" %
                            (k + 1, res["pid"], res["paused_ms"], vltest.fmt_stats(s)))
                 self.assertEqual(vltest.drops_total(s), drops0, vltest.fmt_stats(s))
+            self.finish(tb, tp)
+
+    @vltest.ctest("interop_upgrade_packed", timeout=90, asan=True)
+    def test_packed_rings(self):
+        with vltest.Testbed(self) as tb:
+            tp = start_loop(tb, packed=True)
+            s = moving(tb)
+            self.assertIn("packed", {v["layout"] for v in tb.ports_info()["a"]["vrings"]})
+            drops0 = vltest.drops_total(s)
+            for k in range(3):
+                res, s = self.upgrade_once(tb, s)
+                self.assertEqual(vltest.drops_total(s), drops0, vltest.fmt_stats(s))
+                self.assertEqual({v["layout"] for v in tb.ports_info()["a"]["vrings"]}, {"packed"})
             self.finish(tb, tp)
 
     @vltest.ctest("interop_upgrade_two_pmds", timeout=90, asan=True)
