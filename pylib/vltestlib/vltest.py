@@ -521,26 +521,35 @@ class Testbed:
                                                          r.stderr.decode(errors="replace")))
         return json.loads(r.stdout) if json_out else r.stdout.decode()
 
-    def upgrade(self, binary=None, timeout=90):
-        """`virtlink ctl upgrade [BINARY] --json`. On success: the old switch process must
-        exit with status 0, and the switch Proc follows the successor; returns (True, the
-        reply). On failure: (False, ctl's stderr), the switch Proc as it was."""
+    def upgrade(self, binary=None, timeout=90, json_out=True):
+        """`virtlink ctl upgrade [BINARY] --json` (text without --json when not `json_out`).
+        On success: the old switch process must exit with status 0, and the switch Proc
+        follows the successor (its pid from the reply, or the text's footer); returns (True,
+        the reply or the text). On failure: (False, ctl's stderr), the switch Proc as it was."""
         become_subreaper()
         argv = [VIRTLINK, "ctl", "--control", self.ctl_path, "upgrade"] + (
-            [binary] if binary else []) + ["--json"]
+            [binary] if binary else []) + (["--json"] if json_out else [])
         r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            timeout=timeout, stdin=subprocess.DEVNULL)
         if r.returncode != 0:
             return False, r.stderr.decode(errors="replace")
-        res = json.loads(r.stdout)
+        if json_out:
+            res = json.loads(r.stdout)
+            pid = res["pid"]
+        else:
+            res = r.stdout.decode()
+            m = re.search(r"^\(switch (\d+) at ", res, re.M)
+            if not m:
+                raise AssertionError("no '(switch PID at PATH)' footer in:\n" + res)
+            pid = int(m.group(1))
         old = self.switch.p
         rc = old.wait(15)
         if old.stdin:
             old.stdin.close()
         if rc != 0:
             raise AssertionError("the switch handed over, then exited with status %s" % rc)
-        self.switch.p = Orphan(res["pid"])
-        log("upgraded: switch pid %d -> %d, paused %.3f ms" % (old.pid, res["pid"], res["paused_ms"]))
+        self.switch.p = Orphan(pid)
+        log("upgraded: switch pid %d -> %d" % (old.pid, pid))
         return True, res
 
     def switch_stats(self):

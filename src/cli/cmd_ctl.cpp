@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iterator>
 
 #include <fmt/format.h>
@@ -117,6 +118,17 @@ void print_reload(const Json& r) {
     fmt::print("  not applied: port {}: {}\n", f.value("port", std::string("?")), f.value("error", std::string("?")));
   if (const Json& n = r.value("needs_restart", Json::array()); !n.empty())
     fmt::print("  needs a restart to take effect: {}\n", fmt::join(n.get<std::vector<std::string>>(), ", "));
+}
+
+/// `ctl upgrade`: who forwards now, and what the hand-over carried.
+void print_upgrade(const Json& r) {
+  fmt::print("upgraded: pid {} ({}) handed over to pid {} ({}, {})\n", r.value("previous_pid", 0),
+             r.value("previous_version", std::string("?")), r.value("pid", 0),
+             r.value("binary", std::string("?")), r.value("version", std::string("?")));
+  fmt::print("  datapath paused {:.3f} ms (successor started in {:.1f} ms); {} fds handed\n",
+             r.value("paused_ms", 0.0), r.value("start_ms", 0.0), r.value("fds_handed", 0));
+  if (const Json& n = r.value("reinitialised", Json::array()); n.is_array() && !n.empty())
+    fmt::print("  opened again by the successor: {}\n", fmt::join(n.get<std::vector<std::string>>(), ", "));
 }
 
 /// "  external ids: k=v, ..." (OVS external_ids), when the port has some.
@@ -315,6 +327,13 @@ static int ctl_words(const CtlArgs& a, std::vector<std::string>* argv) {
     fmt::print(stderr, "virtlink ctl {}: {}\n", a.command, control::usage_error(*spec));
     return 2;
   }
+  // The switch resolves no path against its own working directory: a binary named here is
+  // the one this shell means.
+  if (a.command == "upgrade" && !argv->empty() && !(*argv)[0].empty() && (*argv)[0][0] != '/') {
+    std::error_code ec;
+    const std::filesystem::path abs = std::filesystem::absolute((*argv)[0], ec);
+    if (!ec) (*argv)[0] = abs.lexically_normal().string();
+  }
   return 0;
 }
 
@@ -377,6 +396,7 @@ int run_ctl(const CtlArgs& a) {
   else if (a.command == "stats-clear") fmt::print("counters cleared\n");
   else if (a.command == "reload") print_reload(result);
   else if (a.command == "show") print_show(result);
+  else if (a.command == "upgrade") print_upgrade(result);
   else if (a.command == "trace") print_trace(result);
   else if (a.command == "log-level")
     fmt::print("log level {}{}\n", result["log_level"].get<std::string>(),
@@ -388,9 +408,11 @@ int run_ctl(const CtlArgs& a) {
     for (const auto& l : result) print_link(l);
   }
   else fmt::print("{}\n", result.dump(2));
-  // Which switch answered: a `ctl` without --control may reach another user's.
+  // Which switch answered: a `ctl` without --control may reach another user's. After an
+  // upgrade, the one now at that path: the successor.
   if (const Json& who = reply.value("switch", Json()); who.is_object())
-    fmt::print("(switch {} at {})\n", who.value("pid", int64_t{0}),
+    fmt::print("(switch {} at {})\n",
+               a.command == "upgrade" ? result.value("pid", int64_t{0}) : who.value("pid", int64_t{0}),
                who.value("control", std::string("?")));
   return 0;
 }

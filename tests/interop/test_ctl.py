@@ -72,11 +72,21 @@ class Ctl(unittest.TestCase):
             footer = "(switch %d at %s)" % (pid, tb.ctl_path)
             for cmd in cmds:
                 args = [cmd] + argv_of.get(cmd, [])
-                j = tb.ctl(*args)  # --json: fails unless exit 0 and valid JSON
+                if cmd == "upgrade":  # twice, through the testbed: the switch's pid changes
+                    ok, j = tb.upgrade()
+                    self.assertTrue(ok, j)
+                    ok, text = tb.upgrade(json_out=False)
+                    self.assertTrue(ok, text)
+                    self.assertRegex(text, r"^upgraded: pid %d \(.*\) handed over to pid %d "
+                                     % (j["pid"], tb.switch.pid))
+                    pid = tb.switch.pid  # the footer names the switch now at the path
+                    footer = "(switch %d at %s)" % (pid, tb.ctl_path)
+                else:
+                    j = tb.ctl(*args)  # --json: fails unless exit 0 and valid JSON
+                    if cmd == "unlink":
+                        tb.ctl("link", "a", "b")  # again, for the text run
+                    text = tb.ctl(*args, json_out=False)
                 self.assertIsInstance(j, (dict, list), cmd)
-                if cmd == "unlink":
-                    tb.ctl("link", "a", "b")  # again, for the text run
-                text = tb.ctl(*args, json_out=False)
                 self.assertEqual(text.rstrip("\n").splitlines()[-1], footer, cmd)
                 self.assertNotIn('"switch": {"control"', text, cmd)
             # stats --json stays INTERFACES.md's object: ports at the top, no wrapper.
