@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,28 +20,27 @@ extern char** environ;
 namespace vl::app {
 
 bool successor_binary(const std::string& requested, std::string* path, std::string* err) {
-  if (requested.empty()) {
+  std::string p = requested;
+  if (p.empty()) {
     char buf[PATH_MAX];
     const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
     if (n <= 0) {
       *err = fmt::format("cannot read /proc/self/exe: {}", strerror(errno));
       return false;
     }
-    std::string p(buf, static_cast<size_t>(n));
+    p.assign(buf, static_cast<size_t>(n));
     // The file was replaced (a package upgrade): the kernel marks the old inode's path.
     const std::string deleted = " (deleted)";
     if (p.size() > deleted.size() && p.compare(p.size() - deleted.size(), deleted.size(), deleted) == 0)
       p.resize(p.size() - deleted.size());
-    *path = p;
-    if (access(p.c_str(), X_OK) != 0) {
-      *err = fmt::format("{}: {}", p, strerror(errno));
-      return false;
-    }
-    return true;
+  } else if (p[0] != '/') {
+    // The switch's working directory is not the client's: `ctl` sends absolute paths.
+    *err = fmt::format("{}: the binary must be an absolute path", p);
+    return false;
   }
   char real[PATH_MAX];
-  if (!realpath(requested.c_str(), real)) {
-    *err = fmt::format("{}: {}", requested, strerror(errno));
+  if (!realpath(p.c_str(), real)) {
+    *err = fmt::format("{}: {}", p, strerror(errno));
     return false;
   }
   struct stat st;
@@ -48,14 +48,29 @@ bool successor_binary(const std::string& requested, std::string* path, std::stri
     *err = fmt::format("{}: not an executable file", real);
     return false;
   }
-  if (st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH))) {
-    *err = fmt::format("{}: refused: a binary other than the switch's own must be owned by root "
-                       "and writable by no one else (owner uid {}, mode {:04o})",
-                       real, st.st_uid, st.st_mode & 07777);
+  // The default path too: the copy this switch was started from may have been replaced
+  // by anyone who could write there.
+  if ((st.st_uid != 0 && st.st_uid != geteuid()) || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+    *err = fmt::format("{}: refused: the successor's binary must be owned by root or by the "
+                       "switch's user (uid {}) and writable by no one else (owner uid {}, mode {:04o})",
+                       real, geteuid(), st.st_uid, st.st_mode & 07777);
     return false;
   }
   *path = real;
   return true;
+}
+
+std::string successor_gone(pid_t pid, const std::string& when, const std::string& error) {
+  int status = 0;
+  bool exited = false;
+  for (int k = 0; k < 200 && !exited; ++k) {  // up to 1 s for its exit status
+    exited = waitpid(pid, &status, WNOHANG) == pid;
+    if (!exited) usleep(5000);
+  }
+  if (!exited) return fmt::format("{}: {}", when, error);
+  const std::string how = WIFEXITED(status) ? fmt::format("status {}", WEXITSTATUS(status))
+                                            : fmt::format("signal {}", WTERMSIG(status));
+  return fmt::format("the successor exited ({}) {}", how, when);
 }
 
 std::vector<std::string> successor_argv(const std::string& path) {

@@ -398,7 +398,7 @@ control::Json Switch::stats() const {
   j["control"] = {{"accepted", c.accepted},         {"answered", c.answered},
                   {"streamed", c.streamed},         {"dropped_slow", c.dropped_slow},
                   {"dropped_idle", c.dropped_idle}, {"dropped_excess", c.dropped_excess},
-                  {"handed_over", c.handed_over}};
+                  {"handed_over", c.handed_over}, {"abandoned", c.abandoned}};
   return j;
 }
 

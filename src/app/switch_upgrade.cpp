@@ -27,8 +27,9 @@ namespace {
 /// The hand-over's format: a successor takes only the one it knows.
 constexpr int kHandoverFormat = 1;
 /// From the successor's start to its answer to the offer (its configuration read; ASan
-/// builds and DPDK's EAL take seconds).
-constexpr int kAnswerTimeoutMs = 30000;
+/// builds and DPDK's EAL take seconds). The control thread waits that long at most: no
+/// other ctl request is served meanwhile (docs/architecture.md "Upgrade").
+constexpr int kAnswerTimeoutMs = 15000;
 /// From the state sent to the successor's "forwarding".
 constexpr int kForwardTimeoutMs = 10000;
 constexpr size_t kMaxStateBytes = size_t{64} << 20;
@@ -251,20 +252,6 @@ bool Switch::upgrade(const std::vector<std::string>& argv, Json* out, control::T
   if (pid < 0) return false;
   spdlog::info("upgrade: started {} (pid {}); offering hand-over format {}", path, pid, kHandoverFormat);
   const uint64_t t0 = mono_ns();
-  // What became of a successor that closed its end: its exit status, once it has one.
-  // (A socket error with the successor still running is that error.)
-  const auto gone = [&](const char* when, const std::string& error) {
-    int status = 0;
-    bool exited = false;
-    for (int k = 0; k < 200 && !exited; ++k) {
-      exited = waitpid(pid, &status, WNOHANG) == pid;
-      if (!exited) usleep(5000);
-    }
-    if (!exited) return fmt::format("{}: {}", when, error);
-    const std::string how = WIFEXITED(status) ? fmt::format("status {}", WEXITSTATUS(status))
-                                              : fmt::format("signal {}", WTERMSIG(status));
-    return fmt::format("the successor exited ({}) {}", how, when);
-  };
   const auto fail = [&](const std::string& why) {
     reap(pid, 2000);
     *err = fmt::format("upgrade to {} failed: {}; this switch (pid {}) goes on forwarding", path, why, getpid());
@@ -276,7 +263,7 @@ bool Switch::upgrade(const std::vector<std::string>& argv, Json* out, control::T
   const Json offer = {{"format", kHandoverFormat}, {"version", VIRTLINK_VERSION}, {"pid", getpid()}};
   if (!send_fd_message(sock.get(), offer.dump(), nullptr, 0, kAnswerTimeoutMs, &why) ||
       !recv_fd_message(sock.get(), kAnswerTimeoutMs, &msg, &none, &why))
-    return fail(gone("before it answered", why));
+    return fail(successor_gone(pid, "before it answered", why));
   const Json ans = Json::parse(msg, nullptr, false);
   if (!ans.is_object() || !ans.contains("format") || !ans["format"].is_number_integer())
     return fail("the successor's answer is not a hand-over answer");
@@ -300,7 +287,7 @@ bool Switch::upgrade(const std::vector<std::string>& argv, Json* out, control::T
     if (!done.is_object() || !done.value("forwarding", false))
       why = done.is_object() ? done.value("failed", std::string("no reason given")) : "a malformed reply";
   } else {
-    why = gone("during the hand-over", why);
+    why = successor_gone(pid, "during the hand-over", why);
   }
   if (!done.is_object() || !done.value("forwarding", false)) {
     pause_for_upgrade(false);  // rings and memory as they were: traffic resumes here

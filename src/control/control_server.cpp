@@ -34,6 +34,12 @@ void set_timeout(int fd, int secs) {
 
 int64_t now_ms() { return static_cast<int64_t>(mono_ms()); }
 
+/// True when the peer of `fd` closed or shut down its end (POLLRDHUP), without waiting.
+bool peer_hung_up(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 /// Reads until a newline (true) or `limit` bytes, the peer's close (true if it sent
 /// anything), an error or a recv timeout (SO_RCVTIMEO), or `budget_ms` in all (false: a
 /// peer sending a byte now and then, each within the recv timeout, held a client for ever).
@@ -439,7 +445,12 @@ void ControlServer::start_reply(Client& c, const std::string& line) {
           reply = {{"ok", false}, {"error", err}};
         } else if (tk != takeovers_.end()) {
           Takeover take;
-          if (tk->second(*args, &result, &take, &err)) {
+          if (peer_hung_up(c.fd.get())) {
+            // A request queued behind a long one (an upgrade) whose client gave up waiting:
+            // a takeover changes the whole switch, so it runs only for someone still there.
+            ++counters_.abandoned;
+            reply = {{"ok", false}, {"error", "the client hung up before its request was served"}};
+          } else if (tk->second(*args, &result, &take, &err)) {
             reply = {{"ok", true}, {"result", result}};
             c.take = std::move(take);
           } else {

@@ -79,6 +79,7 @@ class ControlServer {
     uint64_t dropped_excess = 0; ///< the oldest, dropped at kMaxPending
     uint64_t streamed = 0;       ///< replies made in slices
     uint64_t handed_over = 0;    ///< connections taken over after their reply (capture)
+    uint64_t abandoned = 0;      ///< takeover requests (upgrade) not run: the client hung up
   };
 
   /// The control socket file's permissions (--control-mode, --control-owner,

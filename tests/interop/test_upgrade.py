@@ -30,9 +30,12 @@ successor takes every connection, guest memory and ring state; no frame is lost.
 
     PYTHONPATH=pylib:bench python3 tests/interop/test_upgrade.py --virtlink build/virtlink
 """
+import json
 import os
 import shutil
+import socket
 import stat
+import subprocess
 import time
 import unittest
 
@@ -89,6 +92,10 @@ elif mode == "crash":
             break
     print("fake successor: took %%d fds, crashing" %% n, flush=True)
     os.kill(os.getpid(), signal.SIGSEGV)
+elif mode == "slow":
+    import time
+    time.sleep(2)
+    sys.exit(1)
 s.recv(16)
 """ % mode)
     os.chmod(path, 0o755)
@@ -100,7 +107,14 @@ def start_loop(tb, forward="xconnect", pmd_cores="1", queues=1, packed=False):
     args = ["--rxq=%d" % queues, "--txq=%d" % queues] if queues > 1 else []
     vdevs = ["net_virtio_user%d,path=%s,queues=%d,mac=02:00:00:00:00:0%s%s" % (
         i, tb.sock(n), queues, n, ",packed_vq=1" if packed else "") for i, n in enumerate(("a", "b"))]
-    tp = tb.start_testpmd("io", vdevs, "io", args=args, tx_first=True)
+    # In a bridge, io forwarding would send a's frames back into the switch from b with a's
+    # source MAC: the table flaps and frames die as no_destination. mac forwarding gives
+    # each port its own source and the other as destination.
+    fwd = "io"
+    if forward == "bridge":
+        fwd = "mac"
+        args += ["--eth-peer=0,02:00:00:00:00:0b", "--eth-peer=1,02:00:00:00:00:0a"]
+    tp = tb.start_testpmd("io", vdevs, fwd, args=args, tx_first=True)
     tb.wait_connected(["a", "b"])
     tb.wait_counter("a", "rx_packets", 1, timeout=20)
     tb.wait_counter("b", "rx_packets", 1, timeout=20)
@@ -270,8 +284,51 @@ class Upgrade(unittest.TestCase):
                 s = moving(tb)
                 self.assertEqual(vltest.drops_total(s), drops0, vltest.fmt_stats(s))
             self.assertIn("took", tb.switch.output())  # the crashing one had the fds
-            res, s = self.upgrade_once(tb, s)
+            self.abandoned_and_relative(tb, pid, writable)
+            # The default binary is checked too: the copy this switch now runs from, made
+            # writable by all, is refused; made safe again, it is taken.
+            own = os.path.join(tb.dir, "own-virtlink")
+            shutil.copy(vltest.VIRTLINK, own)
+            os.chmod(own, 0o755)
+            ok, res = tb.upgrade(own)
+            self.assertTrue(ok, res)
+            os.chmod(own, 0o777)
+            ok, err = tb.upgrade()
+            self.assertFalse(ok)
+            self.assertIn("%s: refused: the successor's binary must be owned by root" % own, err)
+            os.chmod(own, 0o755)
+            res, s = self.upgrade_once(tb, moving(tb))
+            self.assertEqual(res["binary"], own)
             self.finish(tb, tp)
+
+    def abandoned_and_relative(self, tb, pid, writable):
+        """An upgrade request queued behind a slow one whose client hung up is not run
+        (counted `abandoned`); a relative BINARY is made absolute by ctl (this shell's
+        directory), and refused by the switch when a client sends one."""
+        slow = subprocess.Popen([vltest.VIRTLINK, "ctl", "--control", tb.ctl_path, "upgrade",
+                                 fake_successor(tb, "slow", "slow")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(0.5)  # the control thread waits for the slow successor's answer
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+            c.connect(tb.ctl_path)
+            c.sendall(b'{"cmd": "upgrade", "args": {}}\n')
+        out, err = slow.communicate(timeout=30)
+        self.assertEqual(slow.returncode, 1, out)
+        self.assertIn(b"exited (status 1) before it answered", err)
+        vltest._wait(lambda: tb.ctl("stats")["control"]["abandoned"] == 1, 10,
+                        "the hung-up request counted abandoned")
+        self.assertEqual(tb.ctl("show")["switch"]["pid"], pid)
+        self.assertEqual(tb.switch.output().count("upgrade: started"), 4 + 1)  # the cases that started one, and this
+        r = subprocess.run([vltest.VIRTLINK, "ctl", "--control", tb.ctl_path, "upgrade",
+                            os.path.basename(writable)], cwd=tb.dir, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=30)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("%s: refused" % writable, r.stderr.decode())
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+            c.connect(tb.ctl_path)
+            c.sendall(b'{"cmd": "upgrade", "args": {"argv": ["virtlink"]}}\n')
+            reply = json.loads(c.makefile().readline())
+        self.assertIn("virtlink: the binary must be an absolute path", reply["error"])
 
 
 if __name__ == "__main__":
